@@ -1,0 +1,50 @@
+# The verbs people type. `make help` lists them.
+SHELL := /bin/bash
+PY    ?= python3.11
+VENV  := .venv
+BIN   := $(VENV)/bin
+export NO_MKDOCS_2_WARNING := 1
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+.PHONY: help setup browser-deps serve build test gpu-run new-question clean
+
+help:  ## list the commands
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(BIN)/.stamp: requirements.txt
+	@command -v $(PY) >/dev/null || { echo "setup: $(PY) not found (the toolchain is pinned for Python 3.11)"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+node_modules/.stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
+setup: $(BIN)/.stamp node_modules/.stamp  ## create .venv and node_modules from the pinned files
+
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] || ! fc-list | grep -qi "noto sans cjk"; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends chromium fonts-noto-cjk; \
+	fi
+
+serve: setup  ## serve the site on http://127.0.0.1:8000/
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+build: setup  ## build the site into site/
+	$(BIN)/mkdocs build --strict
+
+test: setup browser-deps  ## every check CI runs: snippets, notebooks (smoke), pages, results, site, browser
+	$(BIN)/pytest
+
+# A GPU machine may bring its own CUDA build of torch: `make gpu-run GPU_PYTHON=python3` uses it as is.
+GPU_PYTHON ?= $(BIN)/python
+gpu-run: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)  ## on a GPU machine: run every lab at full size, refresh results/
+	$(GPU_PYTHON) -m tools.gpu_run $(NOTEBOOKS) $(if $(OUT_DIR),--out $(OUT_DIR))
+
+new-question: setup  ## scaffold a question page (SECTION=kernels SLUG=my-question [LAB=1])
+	$(BIN)/python -m tools.new_question --section "$(SECTION)" --slug "$(SLUG)" $(if $(LAB),--lab)
+
+clean:  ## remove the built site and caches
+	rm -rf site .cache test-artifacts

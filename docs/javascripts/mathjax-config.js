@@ -1,0 +1,11 @@
+// MathJax is served from assets/vendor/tex-svg.js (npm mathjax 3.2.2), never from a CDN.
+window.MathJax = {
+  tex: { inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]], processEscapes: true, processEnvironments: true },
+  options: { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex" }
+};
+document$.subscribe(() => {
+  if (!window.MathJax || !MathJax.typesetPromise) return;
+  MathJax.typesetClear();
+  MathJax.texReset();
+  MathJax.typesetPromise();
+});

@@ -1,0 +1,51 @@
+"""Shared fixtures: the built site (once per session) and a local server for it."""
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any module defines a @triton.jit kernel
+os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+SITE_PATH = "ai-infra-kb"  # the path of site_url in mkdocs.yml; the language switch fetches its sitemap
+
+
+def mkdocs_build(config: Path, site_dir: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
+                           "-d", str(site_dir)], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The real site, built --strict from scratch (no notebook cache) into a temporary folder."""
+    out = tmp_path_factory.mktemp("served") / SITE_PATH
+    shutil.rmtree(ROOT / ".cache", ignore_errors=True)
+    start = time.perf_counter()
+    r = mkdocs_build(ROOT / "mkdocs.yml", out)
+    seconds = time.perf_counter() - start
+    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stderr[-4000:]}"
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "build-seconds.txt").write_text(f"{seconds:.1f}\n")
+    return out
+
+
+@pytest.fixture(scope="session")
+def site_url(built_site):
+    handler = functools.partial(_QuietHandler, directory=str(built_site.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/{SITE_PATH}/"
+    server.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass

@@ -1,0 +1,67 @@
+"""snippets/common: the record every lab publishes through, the environment, timing, recorded tables."""
+import json
+import math
+
+import pytest
+import torch
+
+from snippets.common import record, recorded
+from snippets.common.env import environment, gpu_slug
+from snippets.common.timing import bench_ms
+
+
+@pytest.fixture
+def fresh_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(record, "_state", {"metrics": {}, "labels": {}, "tables": {}})
+    monkeypatch.setenv("KB_RECORD_PATH", str(tmp_path / "rec.json"))
+    return tmp_path / "rec.json"
+
+
+def test_metric_and_table_are_written_with_the_snippets_in_use(fresh_record):
+    record.metric("copy_gbps", 1234.5, "GB/s", zh="拷贝带宽", en="Copy bandwidth")
+    record.table("sweep", ["bytes", "GB/s"], [[1024, 1.5], [2048, 2.5]], zh="扫描", en="Sweep")
+    data = json.loads(fresh_record.read_text())
+    assert data["metrics"] == {"copy_gbps": 1234.5}
+    assert data["labels"]["copy_gbps"] == {"unit": "GB/s", "zh": "拷贝带宽", "en": "Copy bandwidth"}
+    assert data["tables"]["sweep"]["rows"] == [[1024.0, 1.5], [2048.0, 2.5]]
+    assert "snippets/common/record.py" in data["modules"]
+
+
+@pytest.mark.parametrize("name, value", [("Bad Name", 1.0), ("ok_name", math.nan), ("ok", math.inf)])
+def test_metric_rejects_bad_names_and_values(fresh_record, name, value):
+    with pytest.raises(ValueError):
+        record.metric(name, value, "x", zh="x", en="x")
+
+
+def test_table_rejects_ragged_rows(fresh_record):
+    with pytest.raises(ValueError, match="every row"):
+        record.table("t", ["a", "b"], [[1, 2], [3]], zh="t", en="t")
+
+
+def test_environment_on_cpu():
+    env = environment()
+    assert env["torch"] == torch.__version__
+    if not torch.cuda.is_available():
+        assert env["count"] == 0 and env["name"].startswith("CPU")
+
+
+def test_gpu_slug():
+    assert gpu_slug("NVIDIA H200") == "nvidia-h200"
+    assert gpu_slug("Tesla T4") == "tesla-t4"
+    assert gpu_slug("NVIDIA A100-SXM4-80GB") == "nvidia-a100-sxm4-80gb"
+
+
+def test_bench_ms_measures_time():
+    import time
+    ms = bench_ms(lambda: time.sleep(0.01), "cpu", cpu_reps=3)
+    assert 9 < ms < 200
+
+
+def test_recorded_tables_render_both_languages():
+    data = {"metrics": {"a_gbps": 4321.0}, "labels": {"a_gbps": {"unit": "GB/s", "zh": "带宽", "en": "Bandwidth"}},
+            "device": {"name": "NVIDIA H200", "count": 1, "driver": "580", "cuda": "13.0", "torch": "2.11",
+                       "triton": "3.6.0"}, "executed_at": "2026-11-30T00:00:00Z", "lab_mode": "full"}
+    assert "| 带宽 | 4,321 GB/s |" in recorded.metrics_table(data, "zh")
+    assert "| Bandwidth | 4,321 GB/s |" in recorded.metrics_table(data, "en")
+    assert "NVIDIA H200" in recorded.provenance(data, "en", fresh=False)
+    assert "stale" in recorded.provenance(data, "en", fresh=False)

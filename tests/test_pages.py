@@ -1,0 +1,110 @@
+"""The question-page contract, on every real page and on broken fixtures."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools.pages import PageError, check_page, question_pages
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = question_pages()
+
+
+def test_there_are_eight_questions_in_two_languages():
+    assert len([p for p in PAGES if not p.name.endswith(".en.md")]) >= 8
+    assert len(PAGES) % 2 == 0
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT / "docs").as_posix() for p in PAGES])
+def test_page_follows_the_contract(path):
+    meta = check_page(path)
+    assert meta["title"]
+
+
+@pytest.fixture
+def docs(tmp_path):
+    """A copy of one good question page and its twin, to break in each test."""
+    d = tmp_path / "docs"
+    (d / "kernels").mkdir(parents=True)
+    src = ROOT / "docs/kernels/fusion-slowdown.md"
+    shutil.copy(src, d / "kernels/q.md")
+    shutil.copy(src.with_suffix(".en.md"), d / "kernels/q.en.md")
+    return d
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"fixture text {old!r} not found in {path.name}"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def _fails(path, docs, *words):
+    with pytest.raises(PageError) as e:
+        check_page(path, docs)
+    msg = str(e.value)
+    assert msg.startswith("docs/kernels/q"), msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_fixture_is_valid(docs):
+    check_page(docs / "kernels/q.md", docs)
+    check_page(docs / "kernels/q.en.md", docs)
+
+
+def test_unknown_tag(docs):
+    _edit(docs / "kernels/q.md", "tags: [", "tags: [没有这个标签, ")
+    _fails(docs / "kernels/q.md", docs, "没有这个标签", "vocabulary")
+
+
+def test_missing_field_and_extra_field(docs):
+    _edit(docs / "kernels/q.md", "difficulty:", "level:")
+    _fails(docs / "kernels/q.md", docs, "front matter")
+
+
+def test_front_matter_not_yaml(docs):
+    _edit(docs / "kernels/q.md", "title:", "title: [unclosed\nx:")
+    _fails(docs / "kernels/q.md", docs, "not valid YAML")
+
+
+def test_no_front_matter(docs):
+    p = docs / "kernels/q.md"
+    p.write_text(p.read_text(encoding="utf-8").split("\n---\n", 1)[1], encoding="utf-8")
+    _fails(p, docs, "no front matter")
+
+
+def test_lab_link_to_missing_notebook(docs):
+    p = docs / "kernels/q.md"
+    text = p.read_text(encoding="utf-8")
+    import re
+    p.write_text(re.sub(r"^labs: .*$", "labs: [notebooks/99-missing-lab.ipynb]", text, count=1, flags=re.M),
+                 encoding="utf-8")
+    _fails(p, docs, "notebooks/99-missing-lab.ipynb", "does not exist")
+
+
+def test_sections_out_of_order(docs):
+    _edit(docs / "kernels/q.md", "## 追问", "## 随便聊聊")
+    _fails(docs / "kernels/q.md", docs, "sections must be")
+
+
+def test_lab_marker_missing(docs):
+    _edit(docs / "kernels/q.md", "<!-- lab-cards -->", "")
+    _fails(docs / "kernels/q.md", docs, "lab-cards")
+
+
+def test_code_typed_into_a_page(docs):
+    _edit(docs / "kernels/q.md", "## 追问", "```python\nprint('untested')\n```\n\n## 追问")
+    _fails(docs / "kernels/q.md", docs, "typed into the page")
+
+
+def test_english_twin_must_translate_tags(docs):
+    import re
+    p = docs / "kernels/q.en.md"
+    p.write_text(re.sub(r"^tags: \[([^,\]]+)", r"tags: [Inference", p.read_text(encoding="utf-8"), count=1,
+                        flags=re.M), encoding="utf-8")
+    _fails(p, docs, "translation of its Chinese twin")
+
+
+def test_missing_twin(docs):
+    (docs / "kernels/q.en.md").unlink()
+    _fails(docs / "kernels/q.md", docs, "twin", "missing")

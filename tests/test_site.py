@@ -1,0 +1,102 @@
+"""The built site: strict build, segmented Chinese search, rendered labs, no outside requests, and
+the build failing loudly on a broken include, anchor or lab link."""
+import json
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tools.labs import colab_url, newest_result
+from conftest import mkdocs_build
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = "notebooks/00-gpu-ceilings.ipynb"
+
+
+def test_build_is_fast_enough(built_site):
+    seconds = float((ROOT / "test-artifacts/build-seconds.txt").read_text())
+    assert seconds < 60, f"mkdocs build took {seconds:.1f} s (target < 60 s on the 2-core CI machine)"
+
+
+def test_chinese_search_index_is_segmented(built_site):
+    docs = json.loads((built_site / "search/search_index.json").read_text())["docs"]
+    text = "\n".join(d["text"] + d["title"] for d in docs if not d["location"].startswith("en/"))
+    for word in ["全归约", "集合通信", "显存"]:
+        assert f"\u200b{word}\u200b" in text or f"{word}\u200b" in text, f"{word} is not a search token"
+
+
+def test_every_question_page_exists_in_both_languages(built_site):
+    for md in (ROOT / "docs").glob("*/*.md"):
+        if md.name.endswith(".en.md") or md.parent.name in {"labs"}:
+            continue
+        rel = md.relative_to(ROOT / "docs").with_suffix("")
+        assert (built_site / rel / "index.html").is_file()
+        en = built_site / "en" / rel / "index.html"
+        assert en.is_file() and '<html lang="en"' in en.read_text()
+
+
+def test_lab_page_renders_the_notebook_with_its_banner(built_site):
+    html = (built_site / "labs/00-gpu-ceilings/index.html").read_text()
+    assert '"cells": [' not in html, "the lab page is raw notebook JSON (i18n + mkdocs-jupyter)"
+    assert "jp-Notebook" in html or "jupyter-wrapper" in html
+    assert f'href="{colab_url(LAB)}"' in html
+    result = newest_result(LAB)
+    if result:
+        assert result.data["device"]["name"] in html and "kb-provenance" in html
+        assert "data:image/png;base64" in html, "the GPU result's plots are missing"
+    assert "需要 1 块 GPU" in html
+    en = (built_site / "en/labs/00-gpu-ceilings/index.html").read_text()
+    assert "Open in Colab" in en and "needs 1 GPU" in en
+
+
+def test_question_page_shows_its_lab_card_and_glossary_tooltips(built_site):
+    html = (built_site / "kernels/kernel-level-optimization/index.html").read_text()
+    assert "kb-lab-card" in html and colab_url(LAB) in html
+    assert re.search(r'<abbr title="[^"]+">', html)
+    assert "难度" in html
+
+
+def test_no_asset_comes_from_another_host(built_site):
+    offenders = []
+    for page in built_site.rglob("*.html"):
+        for m in re.finditer(r'<(script|link|img|iframe)\b[^>]*\b(?:src|href)="(https?:)?//[^"]+"', page.read_text()):
+            if m.group(1) == "link" and "stylesheet" not in m.group(0) and "preconnect" not in m.group(0):
+                continue  # <link rel="canonical|alternate"> is metadata, not a request
+            offenders.append(f"{page.relative_to(built_site)}: {m.group(0)[:120]}")
+    assert not offenders, offenders[:5]
+    assert (built_site / "assets/vendor/mermaid.min.js").stat().st_size > 1_000_000
+    assert (built_site / "assets/vendor/tex-svg.js").stat().st_size > 1_000_000
+
+
+def test_footer_states_the_licences(built_site):
+    html = (built_site / "index.html").read_text()
+    assert "CC BY-SA 4.0" in html and "Apache-2.0" in html
+
+
+# Broken inputs fail the strict build, naming the file and the problem.
+
+def _fixture_site(tmp_path: Path, page: str) -> tuple[Path, Path]:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# 首页\n")
+    (docs / "index.en.md").write_text("# Home\n")
+    (docs / "page.md").write_text(textwrap.dedent(page))
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {docs}\nnav: [index.md, page.md]\n")
+    return config, tmp_path / "site"
+
+
+@pytest.mark.parametrize("page, words", [
+    ('# 页\n\n```python\n--8<-- "ceilings/no_such_file.py:copy"\n```\n', ["no_such_file.py", "could not be found"]),
+    ('# 页\n\n```python\n--8<-- "common/record.py:no_such_section"\n```\n', ["no_such_section"]),
+    ("# 页\n\n[不存在的锚点](index.md#no-such-anchor)\n", ["no-such-anchor"]),
+    ("# 页\n\n[不存在的页面](missing.md)\n", ["missing.md"]),
+])
+def test_broken_page_fails_the_build(tmp_path, page, words):
+    config, site = _fixture_site(tmp_path, page)
+    r = mkdocs_build(config, site)
+    assert r.returncode != 0, "the build should have failed"
+    for w in words:
+        assert w in r.stderr, r.stderr[-2000:]

@@ -1,0 +1,122 @@
+"""The question-page contract: front matter, section order, lab links, code blocks.
+
+Used by hooks/front_matter.py at build time and by the tests on every page and on broken fixtures.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "schemas/front_matter.schema.json").read_text(encoding="utf-8"))
+VOCAB = yaml.safe_load((ROOT / "schemas/vocabulary.yml").read_text(encoding="utf-8"))
+LAB_MARKER = "<!-- lab-cards -->"
+CODE_LANGS = {"python", "py", "cuda", "cpp", "c++", "c", "cu"}
+_FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+.-]*)[^\n]*\n(.*?)^\1\s*$", re.M | re.S)
+
+
+class PageError(ValueError):
+    """A question page breaks the contract; the message names the file."""
+
+
+def split_front_matter(text: str, where: str) -> tuple[dict, str]:
+    if not text.startswith("---\n"):
+        raise PageError(f"{where}: no front matter (the file must start with a '---' line)")
+    end = text.find("\n---\n", 4)
+    if end < 0:
+        raise PageError(f"{where}: front matter is not closed by a '---' line")
+    try:
+        meta = yaml.safe_load(text[4:end])
+    except yaml.YAMLError as e:
+        raise PageError(f"{where}: front matter is not valid YAML: {e}") from e
+    if not isinstance(meta, dict):
+        raise PageError(f"{where}: front matter must be a mapping")
+    return meta, text[end + 5:]
+
+
+def is_question(src_uri: str) -> bool:
+    parts = Path(src_uri).parts
+    return len(parts) == 2 and parts[0] in VOCAB["topics"] and parts[1].endswith(".md")
+
+
+def lang_of(src_uri: str) -> str:
+    return "en" if src_uri.endswith(".en.md") else "zh"
+
+
+def check_meta(meta: dict, lang: str, where: str) -> None:
+    try:
+        jsonschema.validate(meta, SCHEMA)
+    except jsonschema.ValidationError as e:
+        at = "/".join(map(str, e.absolute_path)) or "(top level)"
+        raise PageError(f"{where}: front matter field {at}: {e.message}") from e
+    tags = VOCAB["tags"] if lang == "zh" else {v: k for k, v in VOCAB["tags"].items()}
+    diffs = VOCAB["difficulty"] if lang == "zh" else {v: k for k, v in VOCAB["difficulty"].items()}
+    bad = [t for t in meta["tags"] if t not in tags]
+    if bad:
+        raise PageError(f"{where}: tags {bad} are not in the {lang} list of schemas/vocabulary.yml")
+    if meta["difficulty"] not in diffs:
+        raise PageError(f"{where}: difficulty {meta['difficulty']!r} is not one of {sorted(diffs)}")
+    for lab in meta["labs"]:
+        if not (ROOT / lab).is_file():
+            raise PageError(f"{where}: lab {lab} does not exist")
+
+
+def check_body(body: str, lang: str, where: str) -> None:
+    want = [pair[0 if lang == "zh" else 1] for pair in VOCAB["sections"]]
+    outside_code = _FENCE.sub("", body)
+    got = [m.group(1).strip() for m in re.finditer(r"^## (.+)$", outside_code, re.M)]
+    if got != want:
+        raise PageError(f"{where}: sections must be {want} in this order; found {got}")
+    lab_title = want[3]
+    lab_section = outside_code.split(f"## {lab_title}", 1)[1].split("\n## ", 1)[0]
+    if LAB_MARKER not in lab_section:
+        raise PageError(f"{where}: the '## {lab_title}' section needs the line {LAB_MARKER}")
+    for m in _FENCE.finditer(body):
+        lang_tag, code = m.group(2).lower(), m.group(3)
+        if lang_tag in CODE_LANGS and any(ln.strip() and not ln.strip().startswith("--8<--")
+                                          for ln in code.splitlines()):
+            raise PageError(f"{where}: a ```{lang_tag} block holds code typed into the page; "
+                            "include it from snippets/ with --8<-- so the tests run it")
+
+
+def twin_of(src_uri: str) -> str:
+    return src_uri[:-6] + ".md" if src_uri.endswith(".en.md") else src_uri[:-3] + ".en.md"
+
+
+def check_twins(zh: dict, en: dict, where: str) -> None:
+    want_tags = [VOCAB["tags"][t] for t in zh["tags"]]
+    if en["tags"] != want_tags:
+        raise PageError(f"{where}: tags {en['tags']} should be {want_tags}, the translation of its Chinese twin")
+    if en["difficulty"] != VOCAB["difficulty"][zh["difficulty"]]:
+        raise PageError(f"{where}: difficulty {en['difficulty']!r} does not translate the Chinese twin's "
+                        f"{zh['difficulty']!r}")
+    for key in ("labs", "source"):
+        if en.get(key) != zh.get(key):
+            raise PageError(f"{where}: {key} differs from its Chinese twin ({en.get(key)!r} vs {zh.get(key)!r})")
+
+
+def check_page(path: Path, docs: Path | None = None) -> dict:
+    """Check one question page (and its twin's front matter); return its front matter."""
+    docs = docs or ROOT / "docs"
+    src_uri = Path(path).relative_to(docs).as_posix()
+    where = f"docs/{src_uri}"
+    lang = lang_of(src_uri)
+    meta, body = split_front_matter(Path(path).read_text(encoding="utf-8"), where)
+    check_meta(meta, lang, where)
+    check_body(body, lang, where)
+    twin = docs / twin_of(src_uri)
+    if not twin.is_file():
+        raise PageError(f"{where}: its {'English' if lang == 'zh' else 'Chinese'} twin docs/{twin_of(src_uri)} is missing")
+    twin_meta, _ = split_front_matter(twin.read_text(encoding="utf-8"), f"docs/{twin_of(src_uri)}")
+    if lang == "en":
+        check_twins(twin_meta, meta, where)
+    return meta
+
+
+def question_pages(docs: Path | None = None) -> list[Path]:
+    docs = docs or ROOT / "docs"
+    return sorted(p for p in docs.rglob("*.md") if is_question(p.relative_to(docs).as_posix()))

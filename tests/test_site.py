@@ -77,15 +77,25 @@ def test_footer_states_the_licences(built_site):
 
 # Broken inputs fail the strict build, naming the file and the problem.
 
-def _fixture_site(tmp_path: Path, page: str) -> tuple[Path, Path]:
+@pytest.fixture
+def fixture_site(tmp_path):
+    """The real configuration over a two-page docs folder; the config sits in the repository root so
+    that every relative path in mkdocs.yml (hooks, overrides, snippets) resolves as in the real build."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text("# 首页\n")
     (docs / "index.en.md").write_text("# Home\n")
-    (docs / "page.md").write_text(textwrap.dedent(page))
-    config = tmp_path / "mkdocs.yml"
-    config.write_text(f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {docs}\nnav: [index.md, page.md]\n")
-    return config, tmp_path / "site"
+    config = ROOT / f".fixture-mkdocs-{tmp_path.name}.yml"
+    config.write_text(f"INHERIT: mkdocs.yml\ndocs_dir: {docs}\nnav: [index.md, page.md]\n")
+    yield config, docs / "page.md", tmp_path / "site"
+    config.unlink()
+
+
+def test_fixture_site_builds_when_nothing_is_broken(fixture_site):
+    config, page_path, site = fixture_site
+    page_path.write_text('# 页\n\n```python\n--8<-- "common/record.py"\n```\n\n[首页](index.md)\n')
+    r = mkdocs_build(config, site)
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("page, words", [
@@ -94,8 +104,9 @@ def _fixture_site(tmp_path: Path, page: str) -> tuple[Path, Path]:
     ("# 页\n\n[不存在的锚点](index.md#no-such-anchor)\n", ["no-such-anchor"]),
     ("# 页\n\n[不存在的页面](missing.md)\n", ["missing.md"]),
 ])
-def test_broken_page_fails_the_build(tmp_path, page, words):
-    config, site = _fixture_site(tmp_path, page)
+def test_broken_page_fails_the_build(fixture_site, page, words):
+    config, page_path, site = fixture_site
+    page_path.write_text(textwrap.dedent(page))
     r = mkdocs_build(config, site)
     assert r.returncode != 0, "the build should have failed"
     for w in words:

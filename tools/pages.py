@@ -101,8 +101,8 @@ def check_twins(zh: dict, en: dict, where: str) -> None:
 
 def check_page(path: Path, docs: Path | None = None) -> dict:
     """Check one question page (and its twin's front matter); return its front matter."""
-    docs = docs or ROOT / "docs"
-    src_uri = Path(path).relative_to(docs).as_posix()
+    docs = (docs or ROOT / "docs").resolve()
+    src_uri = Path(path).resolve().relative_to(docs).as_posix()
     where = f"docs/{src_uri}"
     lang = lang_of(src_uri)
     meta, body = split_front_matter(Path(path).read_text(encoding="utf-8"), where)

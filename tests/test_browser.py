@@ -91,7 +91,7 @@ def test_home_page_renders(page, site_url):
 def test_chinese_search_finds_the_page(page, site_url, query, expected):
     page.goto(site_url, wait_until="networkidle")
     titles = search(page, query)
-    assert any(expected in t for t in titles), f"{query}: {titles}"
+    assert any(expected in t for t in titles[:5]), f"{query}: {titles}"
     if query == "全归约":
         page.screenshot(path=str(SHOTS / "search-zh.png"))
 
@@ -100,7 +100,7 @@ def test_chinese_search_finds_the_page(page, site_url, query, expected):
 def test_english_search_finds_the_page(page, site_url, query, expected):
     page.goto(site_url + "en/", wait_until="networkidle")
     titles = search(page, query)
-    assert any(expected.lower() in t.lower() for t in titles), f"{query}: {titles}"
+    assert any(expected.lower() in t.lower() for t in titles[:3]), f"{query}: {titles}"
 
 
 def test_lab_page_shows_outputs_plots_and_colab_link(page, site_url):

@@ -111,3 +111,17 @@ def test_broken_page_fails_the_build(fixture_site, page, words):
     assert r.returncode != 0, "the build should have failed"
     for w in words:
         assert w in r.stderr, r.stderr[-2000:]
+
+
+def test_tags_pages_list_every_question_in_their_language(built_site):
+    from tools.pages import question_pages, split_front_matter
+    for lang, tags_page in (("zh", built_site / "tags/index.html"), ("en", built_site / "en/tags/index.html")):
+        html = tags_page.read_text()
+        for md in question_pages():
+            if md.name.endswith(".en.md") != (lang == "en"):
+                continue
+            meta, _ = split_front_matter(md.read_text(), md.name)
+            slug = f"../{md.parent.name}/{md.name.split('.')[0]}/"
+            assert f'href="{slug}"' in html, f"{tags_page}: no link to {slug}"
+            for tag in meta["tags"]:
+                assert f">{tag}</span>" in html, f"{tags_page}: tag {tag} missing"

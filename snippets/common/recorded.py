@@ -40,7 +40,7 @@ def provenance(data: dict, lang: str = "zh", fresh: bool | None = None) -> str:
              f"Triton {d.get('triton')}", data["executed_at"][:10],
              f"{WORDS[lang]['mode']} {data.get('lab_mode', 'full')}"]
     if fresh is not None:
-        parts.append(("✅ " + WORDS[lang]["fresh"]) if fresh else ("⚠️ " + WORDS[lang]["stale"]))
+        parts.append(WORDS[lang]["fresh"] if fresh else WORDS[lang]["stale"])
     return " · ".join(parts)
 
 

@@ -29,7 +29,7 @@ browser-deps:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends chromium fonts-noto-cjk; \
 	fi
 
-serve: setup  ## serve the site on http://127.0.0.1:8000/
+serve: setup  ## serve the site on http://127.0.0.1:8000/ai-infra-kb/
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 build: setup  ## build the site into site/

@@ -1,27 +1,15 @@
 """The cells every lab notebook shares: setup first, environment last.
 
-`make new-question --lab` writes them; tests/test_notebooks.py checks that every notebook's first
+`make new-question ... LAB=1` writes them; tests/test_labs.py checks that every notebook's first
 and last cells are exactly these, so the clone URL always follows `repo_url` in mkdocs.yml.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def repo_url() -> str:
-    # mkdocs.yml uses !relative tags, so read the one plain key by hand rather than with yaml.safe_load.
-    for line in (ROOT / "mkdocs.yml").read_text(encoding="utf-8").splitlines():
-        if line.startswith("repo_url:"):
-            return line.split(":", 1)[1].strip()
-    raise RuntimeError("mkdocs.yml has no repo_url")
+from tools.labs import mkdocs_value
 
 
 def setup_cell(url: str | None = None) -> str:
-    url = url or repo_url()
+    url = url or mkdocs_value("repo_url")
     return f'''# Setup: find the repository (or fetch it in Colab), pick the device.
 import os, pathlib, subprocess, sys
 

@@ -96,7 +96,8 @@ def hardware_needs(meta: LabMeta, lang: str) -> list[str]:
     return needs
 
 
-def _mkdocs_value(key: str) -> str:
+def mkdocs_value(key: str) -> str:
+    """A plain top-level value of mkdocs.yml (the file has !relative tags, so no yaml.safe_load)."""
     for line in (ROOT / "mkdocs.yml").read_text(encoding="utf-8").splitlines():
         if line.startswith(f"{key}:"):
             return line.split(":", 1)[1].strip()
@@ -105,11 +106,11 @@ def _mkdocs_value(key: str) -> str:
 
 def colab_url(notebook: str) -> str:
     """Colab link for notebooks/<name>.ipynb, derived from repo_url and edit_uri's branch."""
-    repo = _mkdocs_value("repo_url").rstrip("/")
+    repo = mkdocs_value("repo_url").rstrip("/")
     prefix = "https://github.com/"
     if not repo.startswith(prefix):
         raise LabError(f"mkdocs.yml: repo_url {repo!r} is not a GitHub repository; Colab cannot open it")
-    branch = _mkdocs_value("edit_uri").split("/")[1]
+    branch = mkdocs_value("edit_uri").split("/")[1]
     return f"https://colab.research.google.com/github/{repo[len(prefix):]}/blob/{branch}/{notebook}"
 
 

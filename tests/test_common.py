@@ -65,3 +65,22 @@ def test_recorded_tables_render_both_languages():
     assert "| Bandwidth | 4,321 GB/s |" in recorded.metrics_table(data, "en")
     assert "NVIDIA H200" in recorded.provenance(data, "en", fresh=False)
     assert "stale" in recorded.provenance(data, "en", fresh=False)
+
+
+@pytest.mark.parametrize("have, need, ok", [
+    (None, None, True), (None, "8.0", False), ((7, 5), "8.0", False), ((8, 0), "8.0", True),
+    ((9, 0), "8.0", True), ((9, 0), "9.0a", True), ((10, 0), "9.0a", False), ((8, 9), "9.0a", False),
+])
+def test_capability_rules(have, need, ok):
+    from snippets.common.hardware import capability_ok
+    assert capability_ok(have, need) is ok
+
+
+def test_unmet_needs_are_explained_and_recorded_results_shown(capsys):
+    from snippets.common.hardware import run_or_show, unmet
+    assert unmet() is None
+    if not torch.cuda.is_available():
+        assert unmet(gpus=2) == "needs 2 GPU(s), this machine has 0"
+        assert run_or_show("00-gpu-ceilings", gpus=1, lang="en") is False
+        out = capsys.readouterr().out
+        assert "skipped here: needs 1 GPU(s)" in out

@@ -84,3 +84,10 @@ def test_unmet_needs_are_explained_and_recorded_results_shown(capsys):
         assert run_or_show("00-gpu-ceilings", gpus=1, lang="en") is False
         out = capsys.readouterr().out
         assert "skipped here: needs 1 GPU(s)" in out
+
+
+def test_recorded_data_tables_are_collapsible_markdown():
+    data = {"tables": {"sweep": {"columns": ["bytes", "GB/s"], "rows": [[1048576.0, 431.16], [2.0, 0.5]],
+                                 "zh": "扫描", "en": "Sweep"}}}
+    md = recorded.data_tables(data, "en")
+    assert md.startswith('??? info "Sweep"') and "    | 1,048,576 | 431.2 |" in md and "    | 2 | 0.5 |" in md

@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from snippets.common.recorded import metrics_table, provenance
+from snippets.common.recorded import data_tables, metrics_table, provenance
 from tools.labs import ROOT, Result, colab_url, hardware_needs, lab_meta, read_notebook, title_zh
 
 WORDS = {
@@ -45,6 +45,6 @@ def lab_card(notebook: str, result: Result | None, lang: str, page_dir: str) -> 
     parts = [f'<div class="kb-lab-card" markdown>', "",
              f"**[{title}]({link})**", "", _badges(notebook, lang), "", _banner(result, lang), ""]
     if result is not None:
-        parts += [metrics_table(result.data, lang), ""]
+        parts += [metrics_table(result.data, lang), "", data_tables(result.data, lang)]
     parts.append("</div>")
     return "\n".join(parts)

@@ -21,6 +21,8 @@ def recorded(stem: str) -> list[dict]:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"  # sizes and shapes: 8,192 rather than 8192.0
     return f"{v:,.4g}" if isinstance(v, float) else str(v)
 
 
@@ -31,6 +33,18 @@ def metrics_table(data: dict, lang: str = "zh") -> str:
         label = data.get("labels", {}).get(name, {})
         lines.append(f"| {label.get(lang, name)} | {_fmt(value)} {label.get('unit', '')} |")
     return "\n".join(lines)
+
+
+def data_tables(data: dict, lang: str = "zh") -> str:
+    """Every recorded table (a sweep over sizes, say) as a collapsible Markdown block."""
+    blocks = []
+    for table in data.get("tables", {}).values():
+        head = "| " + " | ".join(table["columns"]) + " |"
+        rule = "| " + " | ".join("---:" for _ in table["columns"]) + " |"
+        rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in table["rows"]]
+        body = "\n".join("    " + line for line in [head, rule, *rows])
+        blocks.append(f'??? info "{table[lang]}"\n\n{body}\n')
+    return "\n".join(blocks)
 
 
 def provenance(data: dict, lang: str = "zh", fresh: bool | None = None) -> str:

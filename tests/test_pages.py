@@ -1,4 +1,5 @@
 """The question-page contract, on every real page and on broken fixtures."""
+import re
 import shutil
 from pathlib import Path
 
@@ -76,7 +77,6 @@ def test_no_front_matter(docs):
 def test_lab_link_to_missing_notebook(docs):
     p = docs / "kernels/q.md"
     text = p.read_text(encoding="utf-8")
-    import re
     p.write_text(re.sub(r"^labs: .*$", "labs: [notebooks/99-missing-lab.ipynb]", text, count=1, flags=re.M),
                  encoding="utf-8")
     _fails(p, docs, "notebooks/99-missing-lab.ipynb", "does not exist")
@@ -98,7 +98,6 @@ def test_code_typed_into_a_page(docs):
 
 
 def test_english_twin_must_translate_tags(docs):
-    import re
     p = docs / "kernels/q.en.md"
     p.write_text(re.sub(r"^tags: \[([^,\]]+)", r"tags: [Inference", p.read_text(encoding="utf-8"), count=1,
                         flags=re.M), encoding="utf-8")

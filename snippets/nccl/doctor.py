@@ -1,0 +1,534 @@
+"""The NCCL timeout doctor: read what a failed job left behind and name the culprit.
+
+    python -m snippets.nccl.doctor JOB_DIR_OR_FILE... [--json] [--lang zh|en]
+
+It reads, in a job folder (the layout `snippets.nccl.launch` writes; other names are ignored):
+Flight Recorder dumps `fr.<R>` (pickle) or `fr.<R>.json`, logs `rank<R>.log` (PyTorch's watchdog
+messages, gloo errors, TORCH_DISTRIBUTED_DEBUG=DETAIL reports, tracebacks), NCCL_DEBUG logs
+`nccl.<R>.log`, `launcher.log` (`rank <R> exitcode <code> after <s> s`) and `nvidia-smi topo -m`
+output (`topo*.txt`). Single files are read by content. Several folders give one diagnosis each.
+
+The diagnosis is one of: missing rank, straggler, mismatch, dead rank, network error, none found;
+with the culprit rank(s), the collective and its sequence number, the evidence lines (file:line),
+and what to do next. Bad input (an empty folder, a truncated dump, another program's log, dumps
+of different jobs in one folder) gets a one-line message and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+
+from snippets.nccl import flight_recorder as fr
+from snippets.nccl.evidence import (NETWORK_WORDS, OPTYPE, BadInput, Exit, Finding, Job, collect_jobs,
+                                    read_launcher, scan_log, show)
+
+
+@dataclass
+class Evidence:
+    job: Job
+    dumps: list[fr.Dump]
+    alignment: fr.Alignment | None
+    findings: list[Finding]
+    exits: dict[int, Exit]
+
+    def __post_init__(self):
+        self.by_rank = {d.rank: d for d in self.dumps}
+
+    def of(self, *kinds: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind in kinds]
+
+    def world(self) -> list[int]:
+        ranks = set(self.exits) | {d.rank for d in self.dumps} | {r for _, r in self.job.logs if r is not None}
+        for d in self.dumps:
+            ranks |= set(d.world())
+        return sorted(ranks)
+
+
+def gather(job: Job) -> Evidence:
+    dumps = [fr.load_dump(p) for p in job.dumps]
+    dumps = _one_per_rank(dumps)
+    fr.check_same_job(dumps)
+    exits = read_launcher(job.launcher) if job.launcher else {}
+    for d in dumps:
+        if exits and d.rank not in exits:
+            raise BadInput(d.path, f"rank {d.rank} is not in the job of {show(job.launcher)} (ranks {sorted(exits)})")
+    findings = [f for p, r in job.logs + job.nccl_logs for f in scan_log(p, r)]
+    return Evidence(job, dumps, fr.align(dumps) if dumps else None, findings, exits)
+
+
+def _one_per_rank(dumps: list[fr.Dump]) -> list[fr.Dump]:
+    """A rank may have the watchdog's pickle and its own JSON dump: keep the one that saw more."""
+    best: dict[int, fr.Dump] = {}
+    for d in dumps:
+        old = best.get(d.rank)
+        if old is None:
+            best[d.rank] = d
+        elif old.path.suffix == d.path.suffix:
+            raise fr.DumpError(d.path, f"a second dump for rank {d.rank} (also {old.path.name})")
+        elif len(d.entries) > len(old.entries):
+            best[d.rank] = d
+    return sorted(best.values(), key=lambda d: d.rank)
+
+
+@dataclass
+class Diagnosis:
+    job: str
+    cls: str  # missing_rank | straggler | mismatch | dead_rank | network_error | none
+    culprits: list[int]
+    op: str | None
+    seq: int | None
+    pg: str | None = None
+    facts: dict = field(default_factory=dict)  # numbers the sentences are built from
+    evidence: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ranks: list[dict] = field(default_factory=list)
+    environment: list[str] = field(default_factory=list)
+
+
+def _entry_line(d: fr.Dump, e: fr.Entry) -> str:
+    where = e.caller()
+    return f"{show(d.path)}[{e.index}]: {e.describe()}" + (f", called from {where}" if where else "")
+
+
+def _dump_of(ev: Evidence, rank: int) -> fr.Dump | None:
+    return ev.by_rank.get(rank)
+
+
+def _some(ranks, culprits: list[int], others: int = 2) -> tuple[list[int], int]:
+    """The culprits and a few other ranks: what a report on 1024 ranks should quote."""
+    rest = [r for r in sorted(ranks) if r not in culprits]
+    shown = sorted(list(culprits)[:6] + rest[:others])
+    return shown, len(ranks) - len(shown)
+
+
+def _more(hidden: int, zh: bool = False) -> list[str]:
+    return [f"（另有 {hidden} 个 rank 与上面的非嫌疑 rank 相同）" if zh else
+            f"(and {hidden} more ranks like the non-culprit ones above)"] if hidden else []
+
+
+# --8<-- [start:rules]
+def from_detail(ev: Evidence) -> Diagnosis | None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL compared fingerprints before the collective ran."""
+    hits = ev.of("detail_mismatch")
+    if not hits:
+        return None
+    prints: dict[int, tuple] = {}
+    for f in hits:
+        g = f.groups
+        prints[int(g[0])] = (int(g[1]), g[2], g[3], g[4])
+        prints[int(g[5])] = (int(g[6]), g[7], g[8], g[9])
+    groups: dict[tuple, list[int]] = {}
+    for r, (_, op, shape, dtype) in sorted(prints.items()):
+        groups.setdefault((op, shape, dtype), []).append(r)
+    ref = max(groups, key=lambda s: (len(groups[s]), -min(groups[s])))
+    culprits = sorted(r for s, rs in groups.items() if s != ref for r in rs)
+    seq = max(p[0] for p in prints.values()) + 1  # DETAIL counts the collectives already issued
+    detail = " vs ".join(f"rank {rs[0] if len(rs) == 1 else rs}: {op} [{shape}] {dtype}"
+                         for (op, shape, dtype), rs in groups.items())
+    return Diagnosis(ev.job.name, "mismatch", culprits, OPTYPE.get(ref[0], ref[0].lower()), seq,
+                     facts={"source": "detail", "detail_seq": seq - 1, "detail": detail},
+                     evidence=[f.quote() for f in hits[:4]])
+
+
+def from_monitored_barrier(ev: Evidence) -> Diagnosis | None:
+    """DETAIL (or a monitored_barrier call) names the ranks that never arrived; the collective they
+    missed was never issued, so it is the one after the last that every dump recorded."""
+    barrier = ev.of("monitored_barrier")
+    if not barrier:
+        return None
+    late = sorted({int(r) for f in barrier for r in re.findall(r"\d+", f.groups[0])})
+    last = [max(e.seq for e in d.entries) for d in ev.dumps if d.entries]
+    seq = max(last) + 1 if last else None
+    return Diagnosis(ev.job.name, "missing_rank", late, None, seq, facts={"source": "monitored_barrier"},
+                     evidence=[f.quote() for f in barrier[:3]])
+
+
+def from_flight_recorder(ev: Evidence) -> Diagnosis | None:
+    div = ev.alignment.divergence if ev.alignment else None
+    if div is None:
+        return None
+    lines = []
+    shown, hidden = _some(div.at, div.culprits)
+    for r in shown:
+        d, e = _dump_of(ev, r), div.at[r]
+        if e is not None:
+            lines.append(_entry_line(d, e))
+        else:
+            last = max((x for x in d.entries if x.pg == div.pg), key=lambda x: x.seq, default=None)
+            lines.append(f"{show(d.path)}: no collective #{div.seq} in process group {div.pg}"
+                         + (f"; its last is #{last.seq} {last.profiling_name} state={last.state}" if last else ""))
+    lines += _more(hidden)
+    cls = "mismatch" if div.kind == "mismatch" else "missing_rank"
+    crashed = [r for r in div.culprits if r in ev.exits and ev.exits[r].code != 0 and not ev.exits[r].by_launcher
+               and ev.exits[r].seconds <= min(x.seconds for x in ev.exits.values())]
+    if cls == "missing_rank" and crashed == div.culprits:
+        cls = "dead_rank"  # it wrote a dump on its way out, but it did exit first, with an error
+    return Diagnosis(ev.job.name, cls, div.culprits, div.op, div.seq, div.pg,
+                     facts={"source": "flight_recorder", "detail": div.detail}, evidence=lines)
+
+
+def from_size_abort(ev: Evidence) -> Diagnosis | None:
+    """gloo without DETAIL: a rank that receives more bytes than it expects aborts (SIGABRT)."""
+    hits = ev.of("size_abort")
+    if not hits:
+        return None
+    at = fr.pending(ev.dumps)
+    return Diagnosis(ev.job.name, "mismatch", [], at.op if at else None, at.seq if at else None,
+                     at.pg if at else None, facts={"source": "gloo_abort", "aborted": sorted({f.rank for f in hits})},
+                     evidence=[f.quote() for f in hits[:2]] + ([_entry_line(_dump_of(ev, at.rank), at)] if at else []))
+
+
+def from_dead_rank(ev: Evidence) -> Diagnosis | None:
+    """A rank that exited with an error or a signal and left no dump while the others did."""
+    if not ev.dumps:
+        return None
+    dumped = {d.rank for d in ev.dumps}
+    dead = [r for r in ev.world() if r not in dumped
+            and (not ev.exits or (r in ev.exits and ev.exits[r].code != 0 and not ev.exits[r].by_launcher))]
+    if not dead:
+        return None
+    at = fr.pending(ev.dumps)
+    lines = [ev.exits[r].quote for r in dead if r in ev.exits]
+    lines += [f"(no Flight Recorder dump from rank {r})" for r in dead]
+    if at:
+        lines.append(_entry_line(_dump_of(ev, at.rank), at))
+    return Diagnosis(ev.job.name, "dead_rank", dead, at.op if at else None, at.seq if at else None,
+                     at.pg if at else None, facts={"source": "launcher" if ev.exits else "missing_dump"},
+                     evidence=lines)
+
+
+def from_network(ev: Evidence) -> Diagnosis | None:
+    hits = [f for f in ev.of("nccl_warn") if NETWORK_WORDS.search(f.groups[0])]
+    if not hits:
+        return None
+    seq, op = _watchdog_point(ev)
+    return Diagnosis(ev.job.name, "network_error", sorted({f.rank for f in hits if f.rank is not None}), op, seq,
+                     facts={"source": "nccl_warn"}, evidence=[f.quote() for f in hits[:6]])
+
+
+def _watchdog_point(ev: Evidence) -> tuple[int | None, str | None]:
+    at = fr.pending(ev.dumps)
+    if at:
+        return at.seq, at.op
+    t = ev.of("watchdog_timeout")
+    if t:
+        return int(t[0].groups[0]), OPTYPE.get(t[0].groups[1], t[0].groups[1].lower())
+    w = ev.of("watchdog_failure")
+    return (int(w[0].groups[0]), None) if w else (None, None)
+
+
+def from_watchdog_lines(ev: Evidence) -> Diagnosis | None:
+    """No dumps: PyTorch's watchdog lines still say how far each rank got."""
+    if ev.dumps:
+        return None
+    progress: dict[int, tuple[int, int]] = {}
+    for f in ev.of("watchdog_failure"):
+        progress[f.rank] = (int(f.groups[1]), int(f.groups[2]))
+    for f in ev.of("dump_signal"):
+        progress[f.rank] = (int(f.groups[1]), int(f.groups[2]))
+    hits = ev.of("watchdog_timeout", "watchdog_failure", "dump_signal")
+    if not progress:
+        return None
+    seq, op = _watchdog_point(ev)
+    top = max(enq for enq, _ in progress.values())
+    behind = sorted(r for r, (enq, _) in progress.items() if enq < top)
+    cls = "missing_rank" if behind else "none"
+    return Diagnosis(ev.job.name, cls, behind, op, top if behind else seq,
+                     facts={"source": "watchdog", "progress": progress}, evidence=[f.quote() for f in hits[:6]])
+
+
+def from_straggle(ev: Evidence) -> Diagnosis | None:
+    st = ev.alignment.straggle if ev.alignment else None
+    if st is None:
+        return None
+    shown, hidden = _some(st.at, st.culprits)
+    lines = [_entry_line(_dump_of(ev, r), st.at[r]) + f", arrived {st.late_s[r]:.3f} s after the first rank"
+             for r in shown] + _more(hidden)
+    return Diagnosis(ev.job.name, "straggler", st.culprits, st.op, st.seq, st.pg,
+                     facts={"source": "flight_recorder", "late_s": max(st.late_s.values())}, evidence=lines)
+
+
+RULES = (from_detail, from_monitored_barrier, from_flight_recorder, from_size_abort, from_dead_rank, from_network,
+         from_watchdog_lines, from_straggle)
+# --8<-- [end:rules]
+
+
+def diagnose(job: Job, lang: str = "en", pytorch: bool = True) -> Diagnosis:
+    ev = gather(job)
+    diag = next((d for rule in RULES if (d := rule(ev))), None)
+    if diag is None:
+        seq, op = _watchdog_point(ev)
+        diag = Diagnosis(job.name, "none", [], op if ev.findings else None, seq if ev.findings else None,
+                         facts={"source": None})
+    diag.evidence += _context(ev, diag)
+    diag.ranks = _rank_table(ev)
+    diag.environment = _environment(ev, lang)
+    if pytorch and ev.dumps:
+        diag.notes.append(_pytorch_note(ev.dumps, lang))
+    return diag
+
+
+def _context(ev: Evidence, diag: Diagnosis) -> list[str]:
+    """The waiting ranks' errors, the culprits' own exceptions and exits: lines worth reading next."""
+    out = [f.quote() for f in ev.of("gloo_timeout", "peer_gone", "watchdog_timeout", "watchdog_failure",
+                                    "dump_signal")[:4]]
+    if diag.facts.get("source") != "detail":
+        out = [q for q in out if q not in diag.evidence]
+    out += [f.quote() for f in ev.of("exception") if f.rank in diag.culprits][:3]
+    out += [ev.exits[r].quote for r in diag.culprits if r in ev.exits and ev.exits[r].quote not in diag.evidence]
+    out += _coll_counts(ev)
+    return [q for q in dict.fromkeys(out) if q not in diag.evidence]
+
+
+def _coll_counts(ev: Evidence) -> list[str]:
+    last: dict[int, Finding] = {}
+    count: dict[int, int] = {}
+    for f in ev.of("nccl_coll"):
+        if f.rank is not None:
+            count[f.rank] = count.get(f.rank, 0) + 1
+            last[f.rank] = f
+    if len(set(count.values())) <= 1:
+        return []
+    return [f"{show(last[r].path)}:{last[r].line}: NCCL COLL line {count[r]} of rank {r} (the last it enqueued)"
+            for r in sorted(count)]
+
+
+def _rank_table(ev: Evidence) -> list[str]:
+    rows = []
+    al = ev.alignment
+    pg = min(al.members, key=lambda p: (-len(al.members[p]), p)) if al and al.members else None
+    for r in ev.world():
+        d = _dump_of(ev, r)
+        enq = al.last_enqueued[pg].get(r) if pg and d else None
+        done = al.last_completed[pg].get(r) if pg and d else None
+        ex = ev.exits.get(r)
+        rows.append({"rank": r, "dump": d.path.name if d else None, "last_enqueued": enq, "last_completed": done,
+                     "exitcode": ex.code if ex else None, "exit_after_s": ex.seconds if ex else None,
+                     "killed_by_launcher": ex.by_launcher if ex else None})
+    return rows
+
+
+def _environment(ev: Evidence, lang: str) -> list[str]:
+    from snippets.nccl import nccl_info, topo
+
+    out = []
+    if ev.dumps:
+        d = ev.dumps[0]
+        lib = f", {d.backend} {d.comm_lib_version}" if d.comm_lib_version else f", {d.backend}"
+        out.append(f"Flight Recorder dump version {d.version}{lib}, {len(ev.dumps)} dumps for world {len(ev.world())}")
+    logs = sorted(ev.job.nccl_logs, key=lambda x: (x[1] is None, x[1] or 0))
+    if logs:
+        out.append(nccl_info.parse(logs[0][0].read_text(errors="replace")).summary(lang))
+    for p in ev.job.topo:
+        text = p.read_text(errors="replace")
+        if not topo.is_topo(text):
+            raise BadInput(p, "not `nvidia-smi topo -m` output")
+        out.append(topo.parse(text).render(lang))
+    return out
+
+
+PYTORCH_MAX_RANKS = 256  # its matching takes about 5 s for 1024 synthetic ranks on a laptop CPU
+
+
+def _pytorch_note(dumps: list[fr.Dump], lang: str) -> str:
+    head = "PyTorch 自带的分析器（torchfrtrace）：" if lang == "zh" else "PyTorch's own analyser (torchfrtrace): "
+    if len(dumps) > PYTORCH_MAX_RANKS:
+        return head + (f"跳过（{len(dumps)} 个 dump，太慢）" if lang == "zh"
+                       else f"skipped for {len(dumps)} dumps (slow)")
+    rep = fr.pytorch_report(dumps)
+    if rep.failure:
+        return head + ("运行失败，" if lang == "zh" else "failed, ") + rep.failure
+    if rep.seq is None:
+        said = " / ".join(dict.fromkeys(rep.lines[:1])) or ("未发现问题" if lang == "zh" else "finds nothing wrong")
+        return head + said
+    said = [ln for ln in rep.lines if ln.startswith(("Not all ranks", "Collective sequence", "missing ranks",
+                                                     "error msg"))]
+    return head + "; ".join(said)
+
+
+# --8<-- [start:advice]
+NAMES = {
+    "en": {"missing_rank": "missing rank", "straggler": "straggler", "mismatch": "mismatch", "dead_rank": "dead rank",
+           "network_error": "network error", "none": "none found"},
+    "zh": {"missing_rank": "缺席的 rank", "straggler": "掉队的 rank（straggler）", "mismatch": "集合通信不一致",
+           "dead_rank": "rank 进程已退出", "network_error": "网络错误", "none": "未发现"},
+}
+ADVICE = {
+    "en": {
+        "missing_rank": [
+            "Rank(s) {culprits} never called {op} #{seq}; the other ranks sit in it until the timeout. Look for what "
+            "runs on those ranks just before it: a branch on the rank or on local data (`if rank == ...`, an uneven "
+            "number of micro-batches, an exception caught on one rank, an early return or exit).",
+            "Make every rank call the same collectives: pad the data, or all_reduce a flag and branch on the result.",
+            "To have the missing rank named at once next time: TORCH_DISTRIBUTED_DEBUG=DETAIL, or "
+            "dist.monitored_barrier(wait_all_ranks=True) on a gloo group.",
+        ],
+        "straggler": [
+            "Rank(s) {culprits} reached {op} #{seq} {late_s:.2f} s after the first rank; nothing hung yet, but a "
+            "longer delay times out. Find what those ranks do before the call (data loading, I/O, CPU contention, a "
+            "slower or throttled GPU).",
+            "While it lags, run `py-spy dump --native -p PID` on that rank; Flight Recorder durations "
+            "(TORCH_NCCL_ENABLE_TIMING=1) show how long the others waited. Raising the timeout only hides it.",
+        ],
+        "mismatch": [
+            "Ranks called different collectives at #{seq}: {detail}. NCCL does not check this: it hangs, or "
+            "reads the wrong number of bytes. Make op, shape and dtype agree on every rank (e.g. pad to a common "
+            "length first, or exchange sizes with a small all_gather).",
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL checks op, shape and dtype before every collective and raises at once on "
+            "all ranks (slow: for debugging only).",
+        ],
+        "dead_rank": [
+            "Rank(s) {culprits} exited while the others waited in {op} #{seq}; the timeout is a symptom. Read that "
+            "rank's own log, then the machine's: `dmesg -T | grep -i -e 'killed process' -e xid` (OOM killer, GPU "
+            "errors), `nvidia-smi -q -d ECC,PAGE_RETIREMENT`.",
+            "Let the launcher stop the job when one rank dies (torchrun does) rather than waiting for the timeout.",
+        ],
+        "network_error": [
+            "NCCL reported transport errors (quoted above). Test the links: `ibstat`, `ib_write_bw` per pair, "
+            "nccl-tests between the nodes; NCCL_DEBUG_SUBSYS=INIT,NET shows the transport chosen.",
+            "NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT tune InfiniBand retransmission; the PyTorch timeout is "
+            "init_process_group(timeout=...). There is no NCCL_TIMEOUT.",
+        ],
+        "none": [
+            "Nothing in this evidence shows a divergence. Turn on the Flight Recorder in every rank "
+            "(TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<dir>/fr.), keep each "
+            "rank's stdout and stderr, and run the doctor on all of them.",
+        ],
+    },
+    "zh": {
+        "missing_rank": [
+            "rank {culprits} 没有调用 {op} #{seq}，其他 rank 一直等在这里直到超时。"
+            "查看这些 rank 在这之前执行了什么：依赖 rank 或本地数据的分支（`if rank == ...`、"
+            "各 rank 的 micro-batch 数不同、某个 rank 捕获了异常、提前 return 或退出）。",
+            "让所有 rank 调用同样的集合通信：把数据补齐，或者先 all_reduce 一个标志，再根据结果统一分支。",
+            "下次想立刻知道缺席的 rank：设置 TORCH_DISTRIBUTED_DEBUG=DETAIL，"
+            "或在 gloo 组上用 dist.monitored_barrier(wait_all_ranks=True)。",
+        ],
+        "straggler": [
+            "rank {culprits} 比最早的 rank 晚 {late_s:.2f} 秒到达 {op} #{seq}；这次还没有卡死，"
+            "但再慢一些就会超时。查看这些 rank 在调用前做了什么"
+            "（数据加载、I/O、CPU 争用、更慢或降频的 GPU）。",
+            "在它落后时对该 rank 运行 `py-spy dump --native -p PID`；Flight Recorder 的 duration"
+            "（TORCH_NCCL_ENABLE_TIMING=1）显示其他 rank 等了多久。调大超时只会掩盖问题。",
+        ],
+        "mismatch": [
+            "各 rank 在 #{seq} 调用了不同的集合通信：{detail}。NCCL 不做这种检查：它会卡住，"
+            "或者读错字节数。让每个 rank 的操作、形状和 dtype 一致"
+            "（例如先补齐到相同长度，或用一次小的 all_gather 交换尺寸）。",
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL 会在每次集合通信前检查操作、形状和 dtype，"
+            "不一致时所有 rank 立即报错（较慢，仅用于调试）。",
+        ],
+        "dead_rank": [
+            "rank {culprits} 在其他 rank 等待 {op} #{seq} 时退出了；超时只是表象。"
+            "先看这个 rank 自己的日志，再看机器的：`dmesg -T | grep -i -e 'killed process' -e xid`"
+            "（OOM killer、GPU 错误）、`nvidia-smi -q -d ECC,PAGE_RETIREMENT`。",
+            "让启动器在某个 rank 退出时结束整个作业（torchrun 就是这样），不要等到超时。",
+        ],
+        "network_error": [
+            "NCCL 报告了传输错误（见上面的引用）。测试链路：`ibstat`、逐对运行 `ib_write_bw`、"
+            "在节点之间运行 nccl-tests；NCCL_DEBUG_SUBSYS=INIT,NET 会显示所选的传输方式。",
+            "NCCL_IB_TIMEOUT 和 NCCL_IB_RETRY_CNT 调的是 InfiniBand 重传；"
+            "PyTorch 的超时是 init_process_group(timeout=...)。NCCL 没有 NCCL_TIMEOUT 这个变量。",
+        ],
+        "none": [
+            "这些证据里没有发现分歧。在每个 rank 上打开 Flight Recorder（TORCH_FR_BUFFER_SIZE=2000 "
+            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<目录>/fr.），"
+            "保存每个 rank 的 stdout 和 stderr，再用 doctor 读取。",
+        ],
+    },
+}
+# --8<-- [end:advice]
+
+
+def next_steps(diag: Diagnosis, lang: str) -> list[str]:
+    values = {"culprits": ", ".join(map(str, diag.culprits)) or "?", "op": diag.op or "?", "seq": diag.seq or "?",
+              "late_s": diag.facts.get("late_s", 0.0), "detail": diag.facts.get("detail", "")}
+    steps = [s.format(**values) for s in ADVICE[lang][diag.cls]]
+    if diag.cls == "none" and diag.facts.get("source") == "watchdog":
+        stuck = sorted(r for r, (enq, done) in diag.facts["progress"].items() if done < enq)
+        steps.insert(0, f"每个 rank 都已入队 #{diag.seq}，rank {stuck} 没有完成它。没有 Flight Recorder dump，"
+                        "doctor 无法区分大小不一致与 GPU 或网络卡死。" if lang == "zh" else
+                        f"Every rank enqueued #{diag.seq}; ranks {stuck} did not complete it. Without Flight Recorder "
+                        "dumps the doctor cannot tell a size mismatch from a GPU or network hang.")
+    if diag.cls == "mismatch" and not diag.culprits:
+        steps.insert(0, "这份证据无法判断哪一方错了：用 TORCH_DISTRIBUTED_DEBUG=DETAIL 重跑，"
+                     "它会打印每个 rank 的操作和形状。" if lang == "zh" else
+                     "This evidence cannot tell which side is wrong: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL, "
+                     "which prints each rank's op and shape.")
+    if diag.facts.get("source") == "detail":
+        steps.append(f"DETAIL 报告的 SequenceNumber={diag.facts['detail_seq']} 是已发出的集合通信个数，"
+                     f"所以出错的是 #{diag.seq}（Flight Recorder 和 WorkNCCL 的编号）。"
+                     "DETAIL 在它执行之前就拦下了，所以 Flight Recorder 里没有这一条。" if lang == "zh" else
+                     f"DETAIL's SequenceNumber={diag.facts['detail_seq']} counts the collectives already issued, so "
+                     f"the failing one is #{diag.seq} in Flight Recorder and WorkNCCL numbering. DETAIL stopped it "
+                     "before it ran, so the Flight Recorder has no entry for it.")
+    return steps
+
+
+def render(diag: Diagnosis, lang: str = "en") -> str:
+    zh = lang == "zh"
+    L = (lambda z, e: z if zh else e)
+    who = ", ".join(map(str, diag.culprits)) or L("无法确定", "undetermined")
+    lines = [f"{L('作业', 'Job')}: {diag.job}",
+             f"{L('诊断', 'Diagnosis')}: {NAMES[lang][diag.cls]}",
+             f"{L('嫌疑 rank', 'Culprit rank(s)')}: {who if diag.cls != 'none' else '-'}   "
+             f"{L('集合通信', 'Collective')}: {diag.op or '-'}   {L('序号', 'Sequence number')}: {diag.seq or '-'}"
+             + (f"   {L('进程组', 'Process group')}: {diag.pg}" if diag.pg else ""),
+             f"{L('证据', 'Evidence')}:"]
+    lines += [f"  {q.removeprefix(diag.job + '/')}" for q in diag.evidence] or ["  -"]
+    shown, hidden = _some([r["rank"] for r in diag.ranks], diag.culprits, others=4)
+    lines += [f"{L('各 rank', 'Ranks')}:"] + [f"  {_row(r, zh)}" for r in diag.ranks if r["rank"] in shown]
+    lines += [f"  {m}" for m in _more(hidden, zh)]
+    lines += [f"{L('下一步', 'Next steps')}:"] + [f"  {i}. {s}" for i, s in enumerate(next_steps(diag, lang), 1)]
+    if diag.notes:
+        lines += [f"{L('备注', 'Notes')}:"] + [f"  {n}" for n in diag.notes]
+    if diag.environment:
+        lines += [f"{L('环境', 'Environment')}:"] + ["  " + e.replace("\n", "\n  ") for e in diag.environment]
+    return "\n".join(lines)
+
+
+def _row(r: dict, zh: bool) -> str:
+    def num(v, unknown):
+        return f"#{v}" if v is not None else unknown
+    ex = "-" if r["exitcode"] is None else f"{r['exitcode']} ({r['exit_after_s']:g} s)"
+    if r["killed_by_launcher"]:
+        ex += " killed by launcher" if not zh else " 被启动器杀掉"
+    if zh:
+        return (f"rank {r['rank']}: dump {r['dump'] or '无'}，最后入队 {num(r['last_enqueued'], '-')}，"
+                f"最后完成 {num(r['last_completed'], '未知')}，退出码 {ex}")
+    return (f"rank {r['rank']}: dump {r['dump'] or 'none'}, last enqueued {num(r['last_enqueued'], '-')}, "
+            f"last completed {num(r['last_completed'], 'unknown')}, exit {ex}")
+
+
+def diagnose_paths(paths: list[str], lang: str = "en", pytorch: bool = True) -> list[Diagnosis]:
+    return [diagnose(job, lang, pytorch) for job in collect_jobs(paths)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m snippets.nccl.doctor", description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="+", metavar="PATH", help="job folders or single files")
+    p.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
+    p.add_argument("--lang", choices=("en", "zh"), default="en")
+    p.add_argument("--no-pytorch", action="store_true", help="skip PyTorch's own Flight Recorder analyser")
+    args = p.parse_args(argv)
+    try:
+        diags = diagnose_paths(args.paths, args.lang, not args.no_pytorch)
+    except (BadInput, fr.DumpError) as e:
+        print(f"doctor: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"doctor: {e.filename}: cannot read ({e.strerror})", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([dict(asdict(d), next_steps=next_steps(d, args.lang)) for d in diags], ensure_ascii=False,
+                         indent=1))
+    else:
+        print("\n\n".join(render(d, args.lang) for d in diags))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

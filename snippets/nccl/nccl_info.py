@@ -1,0 +1,251 @@
+"""Read an NCCL_DEBUG=INFO log: version, rank, transports, channels, rings, trees, topology, COLL lines.
+
+NCCL prefixes every line with `host:pid:tid [cudaDev]` and then `NCCL INFO`, or, for a warning,
+`file.cc:line NCCL WARN` (optionally after a timestamp, and after whatever a launcher puts in front,
+such as torchrun's `[default0]:`). What each part of the INIT, GRAPH, NET and COLL output means:
+
+- `NCCL version 2.28.9+cuda13.0`: the library the process loaded (PyTorch wheels bundle their own).
+- `ncclCommInitRankConfig comm 0x.. rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 ..`: one per
+  communicator; its rank, size, the GPU, and the GPU's PCI bus id.
+- `Using network Socket` / `Using network IB`: the transport NCCL would use *between nodes*.
+- `Channel 00/24 : 0 1`: the ring order of channel 0 of 24 (printed by rank 0).
+- `Trees [0] 1/-1/-1->0->-1 ...`: per channel, this rank's tree neighbours `down0/down1/down2->me->up`.
+- `Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM`: one connection to a peer and its transport:
+  P2P/CUMEM (GPU memory exported with cuMem*), P2P/IPC (cudaIpc handles), P2P/direct pointer
+  (peers in one process), SHM (through host shared memory), NET/Socket or NET/IB (the network).
+- `=== System : maxBw .. ===` ... `=====`: NCCL's topology model (SUBSYS GRAPH), link bandwidths in GB/s.
+- `AllReduce: opCount 0 sendbuff .. count 1024 datatype 7 op 0 root 0 comm .. [nranks=2]`: one line
+  per collective at *enqueue* time (SUBSYS COLL). It has no timing; it shows what each rank issued.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+LINE = re.compile(r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+                  r"(?:(?P<where>\S+:\d+)(?: \((?P<func>[^)]*)\))? )?"
+                  r"NCCL (?P<level>INFO|WARN|ATTN|TRACE|CALL) ?(?P<msg>.*)$")
+VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?")
+INIT = re.compile(r"(?P<fn>ncclCommInit\w*|ncclCommSplit\w*) comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) "
+                  r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-fA-F:.]+)"
+                  r"(?: commId (?P<commid>0x[0-9a-f]+))?")
+RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) : (?P<order>\d+(?: \d+)*)\s*$")
+CONNECT = re.compile(r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[[0-9a-fx]+\] -> (?P<dst>\d+)\[[0-9a-fx]+\]"
+                     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$")
+TREES = re.compile(r"\[(?P<ch>\d+)\] (?P<spec>\S+)")
+COLL = re.compile(r"^(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-Fx]+) sendbuff (?P<send>\S+) "
+                  r"recvbuff (?P<recv>\S+) count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) "
+                  r"root (?P<root>-?\d+) comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?")
+CHANNELS = re.compile(r"^(?P<coll>\d+) coll channels, .*?(?P<nvls>\d+) nvls channels")
+NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
+
+# ncclDataType_t and ncclRedOp_t (nccl.h)
+DATATYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "float16",
+             7: "float32", 8: "float64", 9: "bfloat16", 10: "float8e4m3", 11: "float8e5m2"}
+REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+BASE_TRANSPORTS = ("P2P/CUMEM", "P2P/IPC", "P2P/direct pointer", "SHM", "NET/Socket", "NET/IB")
+
+
+def transport_name(via: str) -> str:
+    """'P2P/CUMEM/read' -> 'P2P/CUMEM'; 'NET/IB/0(1)/GDRDMA' -> 'NET/IB'; 'SHM/direct/direct' -> 'SHM'."""
+    parts = via.strip().split("/")
+    if parts[0] in ("P2P", "NET") and len(parts) > 1:
+        return f"{parts[0]}/{parts[1]}"
+    return parts[0]
+
+
+@dataclass
+class NcclInfo:
+    version: str | None = None
+    rank: int | None = None
+    nranks: int | None = None
+    cuda_dev: int | None = None
+    bus_id: str | None = None
+    transports: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BASE_TRANSPORTS, 0))
+    nchannels: int | None = None
+    trees: list[str] = field(default_factory=list)
+    rings: list[str] = field(default_factory=list)
+    network: str | None = None
+    nvls: bool | None = None
+    warnings: list[str] = field(default_factory=list)
+    topology: list[str] = field(default_factory=list)
+    colls: list[dict] = field(default_factory=list)
+    cuda: str | None = None               # the CUDA NCCL was built for ('13.0')
+    comms: list[dict] = field(default_factory=list)  # every ncclCommInit*/Split line
+    topo_max_bw: float | None = None      # GB/s, from '=== System : maxBw ...'
+    recognised: int = 0                   # lines with an NCCL prefix
+
+    def used_transports(self) -> dict[str, int]:
+        return {k: v for k, v in self.transports.items() if v}
+
+    def summary(self, lang: str = "en") -> str:
+        return _summary_zh(self) if lang.startswith("zh") else _summary_en(self)
+
+
+def is_nccl_log(text: str) -> bool:
+    """True when some line carries NCCL's `host:pid:tid [dev] NCCL LEVEL` prefix or a version banner."""
+    return any(LINE.search(ln) or ln.lstrip().startswith("NCCL version ") for ln in text.splitlines())
+
+
+def parse(text: str) -> NcclInfo:
+    info = NcclInfo()
+    in_topo = topo_done = False
+    rings_done = False
+    for raw in text.splitlines():
+        m = LINE.search(raw)
+        if not m:
+            v = VERSION.match(raw.strip())   # NCCL_DEBUG=VERSION prints the banner without a prefix
+            if v and info.version is None:
+                info.version, info.cuda = v["v"], v["cuda"]
+                info.recognised += 1
+            continue
+        info.recognised += 1
+        level, msg = m["level"], m["msg"]
+        if level in ("WARN", "ATTN"):
+            info.warnings.append(raw[m.start():].strip())
+            continue
+        if in_topo:
+            if msg.startswith("====="):
+                in_topo, topo_done = False, True
+            else:
+                info.topology.append(msg)
+            continue
+        if msg.startswith("=== System :"):
+            if not topo_done:
+                in_topo = True
+                info.topology.append(msg)
+                bw = re.search(r"maxBw ([\d.]+)", msg)
+                info.topo_max_bw = float(bw[1]) if bw else None
+            continue
+        if (v := VERSION.search(msg)) and info.version is None:
+            info.version, info.cuda = v["v"], v["cuda"]
+        elif i := INIT.search(msg):
+            comm = dict(comm=i["comm"], rank=int(i["rank"]), nranks=int(i["nranks"]), cuda_dev=int(i["dev"]),
+                        bus_id=i["bus"], comm_id=i["commid"])
+            if not any(c["comm"] == comm["comm"] for c in info.comms):
+                info.comms.append(comm)
+            if info.rank is None:
+                info.rank, info.nranks, info.cuda_dev, info.bus_id = (
+                    comm["rank"], comm["nranks"], comm["cuda_dev"], comm["bus_id"])
+        elif n := NETWORK.match(msg):
+            info.network = info.network or n["net"]
+        elif c := CONNECT.match(msg):
+            name = transport_name(c["via"])
+            info.transports[name] = info.transports.get(name, 0) + 1
+        elif r := RING.match(msg):
+            rings_done = rings_done or (r["ch"] == "00" and bool(info.rings))  # a second communicator
+            if not rings_done:
+                info.rings.append(r["order"])
+                info.nchannels = info.nchannels or int(r["n"])
+        elif msg.startswith("Trees ") and not info.trees:
+            info.trees = [t["spec"] for t in TREES.finditer(msg)]
+        elif ch := CHANNELS.match(msg):
+            info.nchannels = info.nchannels or int(ch["coll"])
+            if int(ch["nvls"]) > 0:
+                info.nvls = True
+            elif info.nvls is None:
+                info.nvls = False
+        elif "NCCL_NVLS_ENABLE set by environment to 0" in msg or "NVLS multicast support is not available" in msg:
+            info.nvls = False
+        elif msg.startswith("NVLS comm ") or "NVLS multicast support is available" in msg:
+            info.nvls = True
+        elif co := COLL.match(msg):
+            dt, redop = int(co["dt"]), int(co["redop"])
+            info.colls.append(dict(op=co["op"], opCount=int(co["opcount"], 16), count=int(co["count"]),
+                                   datatype=dt, dtype=DATATYPES.get(dt, str(dt)), redop=REDOPS.get(redop, str(redop)),
+                                   root=int(co["root"]), comm=co["comm"],
+                                   nranks=int(co["nranks"]) if co["nranks"] else None))
+    if info.nchannels is None and info.trees:
+        info.nchannels = len(info.trees)
+    return info
+
+
+LINK_KINDS = {"NVL": "NVLink", "PCI": "PCIe", "NET": "network", "SYS": "CPU-to-CPU", "C2C": "chip-to-chip",
+              "NVS": "NVSwitch"}
+
+
+def _topology_links(info: NcclInfo) -> list[str]:
+    """Link kinds in NCCL's topology block, e.g. ['NVL (NVLink)', 'PCI (PCIe)']."""
+    kinds = []
+    for line in info.topology:
+        for k in re.findall(r"\b(NVL|PCI|NET|SYS|C2C)\[", line) + re.findall(r"\b(NVS)/", line):
+            if k not in kinds:
+                kinds.append(k)
+    return [f"{k} ({LINK_KINDS[k]})" for k in kinds]
+
+
+def _colls_text(info: NcclInfo, sep: str) -> str:
+    counts = Counter((c["op"], c["count"], c["dtype"]) for c in info.colls)
+    return sep.join(f"{op} x{k} (count {count}, {dtype})" for (op, count, dtype), k in counts.items())
+
+
+def _opcount_stuck(info: NcclInfo) -> bool:
+    """True when several COLL lines share one opCount (NCCL 2.28.9 printed 0 on every line)."""
+    return len(info.colls) > 1 and len({c["opCount"] for c in info.colls}) == 1
+
+
+def _summary_en(info: NcclInfo) -> str:
+    if not info.recognised:
+        return "Not an NCCL log: no line carries NCCL's 'host:pid:tid [dev] NCCL INFO/WARN' prefix."
+    out = [f"NCCL {info.version or '(version line missing)'}" + (f" built for CUDA {info.cuda}" if info.cuda else "")
+           + "."]
+    if info.rank is not None:
+        out.append(f"Rank {info.rank} of {info.nranks} on cudaDev {info.cuda_dev} (busId {info.bus_id})"
+                   + (f"; {len(info.comms)} communicators" if len(info.comms) > 1 else "") + ".")
+    used = info.used_transports()
+    if used:
+        out.append("Peer connections: " + ", ".join(f"{k} x{v}" for k, v in used.items()) + ".")
+    if info.nchannels:
+        out.append(f"{info.nchannels} channels" + (f", ring {info.rings[0]}" if info.rings else "")
+                   + (f", tree of channel 0 {info.trees[0]} (down/down/down->rank->up)" if info.trees else "") + ".")
+    if info.network:
+        net = f"Network transport: {info.network}"
+        if used and not any(k.startswith("NET/") for k in used):
+            net += " (for traffic between nodes; these peers use no NET connection)"
+        out.append(net + ".")
+    if info.nvls is not None:
+        out.append("NVLS (NVLink SHARP) " + ("on." if info.nvls else "off."))
+    links = _topology_links(info)
+    if info.topology:
+        out.append(f"Topology: maxBw {info.topo_max_bw:g} GB/s" if info.topo_max_bw is not None else "Topology:")
+        out[-1] += f", links {', '.join(links)}." if links else "."
+    if info.colls:
+        out.append(f"{len(info.colls)} COLL lines: {_colls_text(info, ', ')}"
+                   + (f"; opCount is {info.colls[0]['opCount']} on every line, so count lines, not opCount"
+                      if _opcount_stuck(info) else "") + ".")
+    out.append(f"{len(info.warnings)} NCCL WARN lines" + (f", first: {info.warnings[0]}" if info.warnings else "")
+               + ".")
+    return " ".join(out)
+
+
+def _summary_zh(info: NcclInfo) -> str:
+    if not info.recognised:
+        return "这不是 NCCL 日志：没有任何一行带有 NCCL 的 'host:pid:tid [dev] NCCL INFO/WARN' 前缀。"
+    out = [f"NCCL {info.version or '（缺少版本行）'}" + (f"，基于 CUDA {info.cuda} 构建" if info.cuda else "") + "。"]
+    if info.rank is not None:
+        out.append(f"本进程是 {info.nranks} 个 rank 中的 rank {info.rank}，cudaDev {info.cuda_dev}（busId {info.bus_id}）"
+                   + (f"，共 {len(info.comms)} 个通信器" if len(info.comms) > 1 else "") + "。")
+    used = info.used_transports()
+    if used:
+        out.append("与对端的连接：" + "，".join(f"{k} ×{v}" for k, v in used.items()) + "。")
+    if info.nchannels:
+        out.append(f"{info.nchannels} 个通道" + (f"，环的顺序 {info.rings[0]}" if info.rings else "")
+                   + (f"，通道 0 的树 {info.trees[0]}（下/下/下->本 rank->上）" if info.trees else "") + "。")
+    if info.network:
+        net = f"网络传输：{info.network}"
+        if used and not any(k.startswith("NET/") for k in used):
+            net += "（用于跨节点通信；这些对端之间没有走网络的连接）"
+        out.append(net + "。")
+    if info.nvls is not None:
+        out.append("NVLS（NVLink SHARP）" + ("已开启。" if info.nvls else "已关闭。"))
+    links = _topology_links(info)
+    if info.topology:
+        out.append(f"拓扑：maxBw {info.topo_max_bw:g} GB/s" if info.topo_max_bw is not None else "拓扑：")
+        out[-1] += f"，链路类型 {', '.join(links)}。" if links else "。"
+    if info.colls:
+        out.append(f"{len(info.colls)} 行 COLL 日志：{_colls_text(info, '，')}"
+                   + (f"；每一行的 opCount 都是 {info.colls[0]['opCount']}，要数行数，不能看 opCount"
+                      if _opcount_stuck(info) else "") + "。")
+    out.append(f"{len(info.warnings)} 行 NCCL WARN" + (f"，第一行：{info.warnings[0]}" if info.warnings else "") + "。")
+    return "".join(out)

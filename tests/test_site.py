@@ -12,7 +12,7 @@ from tools.labs import colab_url, newest_result
 from conftest import mkdocs_build
 
 ROOT = Path(__file__).resolve().parents[1]
-LAB = "notebooks/00-gpu-ceilings.ipynb"
+LAB = "notebooks/00-gpu-ceilings.ipynb"  # linked from the kernel pages
 
 
 def test_build_is_fast_enough(built_site):
@@ -41,18 +41,23 @@ def test_every_question_page_exists_in_both_languages(built_site):
         assert en.is_file() and '<html lang="en"' in en.read_text()
 
 
-def test_lab_page_renders_the_notebook_with_its_banner(built_site):
-    html = (built_site / "labs/00-gpu-ceilings/index.html").read_text()
+@pytest.mark.parametrize("stem", sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_lab_page_renders_the_notebook_with_its_banner(built_site, stem):
+    from tools.labs import hardware_needs, lab_meta
+
+    lab = f"notebooks/{stem}.ipynb"
+    html = (built_site / f"labs/{stem}/index.html").read_text()
     assert '"cells": [' not in html, "the lab page is raw notebook JSON (i18n + mkdocs-jupyter)"
     assert "jp-Notebook" in html or "jupyter-wrapper" in html
-    assert f'href="{colab_url(LAB)}"' in html
-    result = newest_result(LAB)
+    assert f'href="{colab_url(lab)}"' in html
+    result = newest_result(lab)
     if result:
-        assert result.data["device"]["name"] in html and "kb-provenance" in html
+        assert result.data["device"]["name"] in html and "kb-provenance kb-fresh" in html
         assert "data:image/png;base64" in html, "the GPU result's plots are missing"
-    assert "需要 1 块 GPU" in html
-    en = (built_site / "en/labs/00-gpu-ceilings/index.html").read_text()
-    assert "Open in Colab" in en and "needs 1 GPU" in en
+    meta = lab_meta(ROOT / lab)
+    assert all(n in html for n in hardware_needs(meta, "zh"))
+    en = (built_site / f"en/labs/{stem}/index.html").read_text()
+    assert "Open in Colab" in en and all(n in en for n in hardware_needs(meta, "en"))
 
 
 def test_question_page_shows_its_lab_card_and_glossary_tooltips(built_site):

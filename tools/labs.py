@@ -87,10 +87,9 @@ def hardware_needs(meta: LabMeta, lang: str) -> list[str]:
     if meta.capability:
         arch = "sm_" + meta.capability.replace(".", "")
         needs.append(f"需要 {arch}" if zh else f"needs {arch}")
-    if meta.gpus > 1:
-        needs.append(f"需要 {meta.gpus} 块 GPU" if zh else f"needs {meta.gpus} GPUs")
-    elif meta.gpus == 1:
-        needs.append("需要 1 块 GPU（CPU 上为冒烟规模）" if zh else "needs 1 GPU (smoke size on CPU)")
+    if meta.gpus >= 1:
+        gpus = f"{meta.gpus} 块 GPU" if zh else (f"{meta.gpus} GPUs" if meta.gpus > 1 else "1 GPU")
+        needs.append(f"需要 {gpus}（CPU 上为冒烟规模）" if zh else f"needs {gpus} (smoke size on CPU)")
     else:
         needs.append("CPU 即可" if zh else "runs on CPU")
     return needs

@@ -52,6 +52,16 @@ def rel(out, ref) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
+def each_case(test):
+    """Every shape x dtype x dropout x norm combination the kernels must match the reference on."""
+    for mark in (pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"]),
+                 pytest.mark.parametrize("p", [0.0, 0.3]),
+                 pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"]),
+                 pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))):
+        test = mark(test)
+    return test
+
+
 def leaf64(t):
     return None if t is None else t.detach().double().requires_grad_()
 
@@ -64,10 +74,7 @@ def reference_grads(x, r, w, b, p, keep, rms, dy, dh):
     return torch.autograd.grad(loss, [t for t in leaves if t is not None])
 
 
-@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("p", [0.0, 0.3])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@each_case
 def test_forward_matches_reference(shape, dtype, p, rms, poisoned):
     gen_seed, seed = fresh_seed(), fresh_seed()
     x, r, w, b = make_inputs(shape, dtype, gen_seed)
@@ -89,10 +96,7 @@ def test_forward_matches_reference(shape, dtype, p, rms, poisoned):
     assert rel(rstd, rstd_ref) < 1e-5, msg
 
 
-@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("p", [0.0, 0.3])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@each_case
 def test_backward_matches_autograd_through_reference(shape, dtype, p, rms, poisoned):
     gen_seed, seed = fresh_seed(), fresh_seed()
     x, r, w, b = (t.requires_grad_() for t in make_inputs(shape, dtype, gen_seed))

@@ -355,6 +355,7 @@ def test_triton_kernels_compile_for_sm90_without_spills():
     dropout's Philox only where asked for. The interpreter runs the same code but would not catch these."""
     cases = [["_fwd_kernel", "bf16", 8192, True], ["_fwd_kernel", "fp32", 1000, False],
              ["_bwd_kernel", "bf16", 8192, True], ["_bwd_kernel", "fp32", 8192, False],
+             ["_bwd_kernel", "bf16", 4096, True], ["_bwd_kernel", "bf16", 1024, True],
              ["_bwd_kernel", "fp32", 1000, True]]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", TRITON_SM90, json.dumps(cases)], capture_output=True, text=True,

@@ -28,15 +28,23 @@ def _empty(shape, dtype, device):  # every output is allocated here, so a test c
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+# backward launch by BLOCK_N: (rows per step, num_warps, programs per SM), the fastest of a sweep over 1-16 rows,
+# 4-32 warps and 1-8 programs per SM on an H200 (Triton 3.6) among those that compile without spills for sm_90a
+# with dropout on; at 16384 every choice spills (notebooks/02-kernel-fusion.ipynb reruns the sweep)
+_BWD = {1024: (4, 4, 8), 2048: (2, 4, 8), 4096: (1, 16, 2), 8192: (1, 32, 1), 16384: (1, 16, 1)}
+
+
 def _config(n: int, backward: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_M rows per program, BLOCK_N >= n, num_warps)."""
+    """(BLOCK_M rows per program step, BLOCK_N >= n, num_warps)."""
     if n > MAX_N:
         raise ValueError(f"hidden size {n} is over {MAX_N}")
     block_n = max(triton.next_power_of_2(n), 4)
+    if backward:
+        block_m, warps, _ = _BWD.get(block_n, (min(16, 4096 // block_n), 4, 8))
+        return block_m, block_n, warps
     block_m = max(1, min(16, 4096 // block_n))
-    tile = block_m * block_n
-    # backward keeps more row-sized values live: up to 32 warps, or it spills at N = 8192 (sm_90, Triton 3.6)
-    return block_m, block_n, min(max(tile // 256, 1), 32 if backward else 8)
+    # forward: one warp per 1024 elements of the tile, 4 to 16 (the same sweep's best at every size it tried)
+    return block_m, block_n, min(max(block_m * block_n // 1024, 1), 16)
 
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:
@@ -192,8 +200,9 @@ def _check(p: float, seed: int):
 
 
 # --8<-- [start:launch]
-def add_layernorm_fwd(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=0, rms=False):
-    """(y, h, mean, rstd) with y and h shaped [rows, N]; mean is None for RMSNorm."""
+def add_layernorm_fwd(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=0, rms=False, config=None):
+    """(y, h, mean, rstd) with y and h shaped [rows, N]; mean is None for RMSNorm. config: (BLOCK_M, num_warps)
+    in place of _config's choice."""
     _check(p, seed)
     x2, r2 = _as_rows(x), _as_rows(residual)
     m, n = x2.shape
@@ -202,6 +211,7 @@ def add_layernorm_fwd(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=0, r
     rstd = _empty((m,), torch.float32, x.device)
     mean = None if rms else _empty((m,), torch.float32, x.device)
     block_m, block_n, num_warps = _config(n)
+    block_m, num_warps = config or (block_m, num_warps)
     _fwd_kernel[(triton.cdiv(m, block_m),)](
         x2, r2, weight, weight if bias is None else bias, y, h, rstd if rms else mean, rstd,
         x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), m, n, eps, p, 1.0 / (1.0 - p), seed,
@@ -215,20 +225,25 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _programs(m: int, block_m: int, device) -> int:
-    """Backward programs: each loops over its rows and writes one row of partial dweight/dbias."""
-    return min(triton.cdiv(m, block_m), 4 * _sm_count(torch.device(device)))
+def bwd_layout(m: int, n: int, device, programs=None, config=None) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, rows per program, programs) of the backward launch. Each program loops
+    over its rows and writes one row of partial dweight/dbias; by default _BWD's programs per SM."""
+    block_m, block_n, num_warps = _config(n, backward=True)
+    block_m, num_warps = config or (block_m, num_warps)
+    if programs is None:
+        programs = _BWD.get(block_n, (0, 0, 8))[2] * _sm_count(torch.device(device))
+    rows_per_program = triton.cdiv(triton.cdiv(m, min(programs, triton.cdiv(m, block_m))), block_m) * block_m
+    return block_m, block_n, num_warps, rows_per_program, triton.cdiv(m, rows_per_program)
 
 
 def add_layernorm_bwd(dy, dh_out, h, weight, bias, mean, rstd, p=0.0, seed=0, rms=False, x_dtype=None,
-                      programs=None):
-    """(dx, dresidual, dweight, dbias) from dy (and dh_out, the gradient reaching h directly, or None)."""
+                      programs=None, config=None):
+    """(dx, dresidual, dweight, dbias) from dy (and dh_out, the gradient reaching h directly, or None).
+    programs and config ((BLOCK_M, num_warps)) override bwd_layout's choice."""
     m, n = h.shape
     dy2 = _as_rows(dy)
     dho2 = None if dh_out is None else _as_rows(dh_out)
-    block_m, block_n, num_warps = _config(n, backward=True)
-    rows_per_program = triton.cdiv(triton.cdiv(m, programs or _programs(m, block_m, h.device)), block_m) * block_m
-    programs = triton.cdiv(m, rows_per_program)
+    block_m, block_n, num_warps, rows_per_program, programs = bwd_layout(m, n, h.device, programs, config)
     dx = _empty((m, n), x_dtype or h.dtype, h.device)
     dr = _empty((m, n), h.dtype, h.device)
     dw_part = _empty((programs, n), torch.float32, h.device)

@@ -140,6 +140,11 @@ def bias_gelu_addmm(a, b, bias):
     return F.gelu(torch.addmm(bias, a, b), approximate="tanh")
 
 
+def bias_gelu_cublaslt(a, b, bias):
+    """One cuBLASLt call with bias and GELU in its epilogue (CUBLASLT_EPILOGUE_GELU_BIAS; CUDA only)."""
+    return torch._addmm_activation(bias, a, b, use_gelu=True)
+
+
 def gemm_ref(a, b, bias=None, gelu=False, prologue_gelu=False, norm_weight=None, eps=1e-6):
     """fp64 reference; the prologue's GELU output is rounded to A's dtype, as the kernel feeds it to tl.dot."""
     a64 = a.double()

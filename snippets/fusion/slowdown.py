@@ -1,6 +1,7 @@
 """Four ways a fused kernel ends up slower than the kernels it replaced, each with a kernel small enough to read.
 
-    register_spill     add + LayerNorm over rows so wide that the fused kernel's per-thread state spills
+    register_pressure  add + LayerNorm over rows so wide that the fused kernel's per-thread state fills the
+                       registers (fewer resident warps) or spills
     lost_concurrency   two independent reductions that each fill half the GPU, fused into one serial program
     tile_mismatch      RMSNorm fused into a GEMM epilogue: the tile must hold whole rows
     prologue_recompute GELU fused into a GEMM prologue: redone for every column block of the output
@@ -109,6 +110,13 @@ def resources(kernel) -> dict:
     ptx = kernel.asm["ptx"]
     return {"registers": kernel.n_regs, "spill_bytes": kernel.n_spills, "warps": kernel.metadata.num_warps,
             "smem_bytes": kernel.metadata.shared, "wgmma": "wgmma.mma_async" in ptx, "mma_sync": "mma.sync" in ptx}
+
+
+def sm_limits(device=0) -> dict:
+    """Per-SM limits of this GPU, as resident_warps takes them."""
+    props = torch.cuda.get_device_properties(device)
+    return {"regs_per_sm": props.regs_per_multiprocessor, "smem_per_sm": props.shared_memory_per_multiprocessor,
+            "max_warps": props.max_threads_per_multi_processor // 32}
 
 
 def resident_warps(registers: int, warps: int, smem_bytes: int, regs_per_sm: int = 65536,

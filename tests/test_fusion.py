@@ -165,7 +165,7 @@ def numpy_philox_uniform(seed: int, rows: int, n: int) -> np.ndarray:
     """The stream as add_layernorm.py's docstring defines it, written independently in numpy."""
     mask32 = np.uint64(0xFFFFFFFF)
     col = np.arange(n, dtype=np.uint64)[None, :] + np.zeros((rows, 1), np.uint64)
-    c0, c1 = col // np.uint64(4), np.arange(rows, dtype=np.uint64)[:, None] + np.zeros((1, n), np.uint64)
+    c0, c1 = col // np.uint64(8), np.arange(rows, dtype=np.uint64)[:, None] + np.zeros((1, n), np.uint64)
     c2, c3 = np.zeros_like(c0), np.zeros_like(c0)
     k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
     for _ in range(10):
@@ -173,9 +173,9 @@ def numpy_philox_uniform(seed: int, rows: int, n: int) -> np.ndarray:
         c0, c1, c2, c3 = ((prod_b >> np.uint64(32)) ^ c1 ^ k0, prod_b & mask32,
                           (prod_a >> np.uint64(32)) ^ c3 ^ k1, prod_a & mask32)
         k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask32, (k1 + np.uint64(0xBB67AE85)) & mask32
-    lane = (col % np.uint64(4)).astype(np.int64)
-    r = np.choose(lane, [c0, c1, c2, c3])
-    return ((r >> np.uint64(8)).astype(np.float32) * np.float32(2.0**-24)).astype(np.float32)
+    word = np.choose(((col % np.uint64(8)) // np.uint64(2)).astype(np.int64), [c0, c1, c2, c3])
+    bits = np.where(col % np.uint64(2) == 0, word & np.uint64(0xFFFF), word >> np.uint64(16))
+    return (bits.astype(np.float32) * np.float32(2.0**-16)).astype(np.float32)
 
 
 @pytest.mark.parametrize("seed", [0, 1234, 2**40 + 7])

@@ -166,5 +166,7 @@ def test_tune_reports_configs_that_do_not_fit():
 
 def test_backward_launch_sweep_checks_each_choice():
     rows = bench.sweep_bwd_launch(8, 96, torch.float32, "cpu", rows=(1, 2), warps=(1, 4), per_sm=(1, 3))
-    assert [r[1:4] for r in rows] == [[bm, w, k] for bm in (1, 2) for w in (1, 4) for k in (1, 3)]
+    assert [r[1:3] for r in rows] == [[bm, w] for bm in (1, 2) for w in (1, 4) for _ in (1, 3)]
+    # 8 rows over 3 programs: 3 rows each at BLOCK_M 1 (3 programs), 4 rows each at BLOCK_M 2 (2 programs)
+    assert [r[3] for r in rows] == [1, 3, 1, 3, 1, 2, 1, 2]
     assert all(r[0] == 96 and r[4] > 0 for r in rows)

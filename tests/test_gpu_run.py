@@ -64,3 +64,12 @@ def test_malformed_notebook_is_named(tmp_path, capsys):
     finally:
         bad.unlink()
     assert "notebooks/91-broken.ipynb: not a readable notebook" in capsys.readouterr().err
+
+
+def test_compiled_sources_are_inputs_too():
+    from tools.gpu_run import with_sources
+
+    files = with_sources(["snippets/__init__.py", "snippets/fusion/add_layernorm_cuda.py"])
+    assert {"snippets/fusion/csrc/add_layernorm.cu", "snippets/fusion/csrc/philox.cuh",
+            "snippets/fusion/csrc/add_layernorm.h"} <= set(files)
+    assert with_sources(["snippets/common/record.py"]) == ["snippets/common/record.py"]

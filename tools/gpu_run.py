@@ -81,6 +81,17 @@ def _write_atomic(path: Path, text: str) -> None:
     Path(f.name).replace(path)
 
 
+def with_sources(modules: list[str]) -> list[str]:
+    """The imported snippet modules plus the C++/CUDA sources in their package's csrc/ folder: a kernel that a
+    module compiles at run time is as much an input of the result as the module itself."""
+    files = set(modules)
+    for m in modules:
+        csrc = (ROOT / m).parent / "csrc"
+        if csrc.is_dir():
+            files |= {rel(p) for p in csrc.rglob("*") if p.is_file() and p.suffix in {".cu", ".cuh", ".h", ".cpp"}}
+    return sorted(files)
+
+
 def run_one(path: Path, mode: str, out: Path, device: dict, inputs_before: str) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         nb, record, seconds = execute(path, mode, Path(tmp) / "record.json")
@@ -89,7 +100,7 @@ def run_one(path: Path, mode: str, out: Path, device: dict, inputs_before: str) 
                        "(tools/lab_cells.ENV_CELL)")
     notebook = rel(path)
     inputs = {notebook: inputs_before}
-    inputs.update({m: sha256(ROOT / m) for m in record["modules"]})
+    inputs.update({m: sha256(ROOT / m) for m in with_sources(record["modules"])})
     result = {
         "notebook": notebook, "inputs": inputs,
         "executed_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

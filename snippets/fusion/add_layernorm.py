@@ -6,9 +6,11 @@
 A program owns BLOCK_M whole rows, so x, residual, y and h each cross device memory once. The dropout
 mask is never stored: element (row, col) is kept iff u >= p, where
 
-    u = (philox4x32_10(key=seed, counter=(col // 4, row, 0, 0))[col % 4] >> 8) * 2**-24
+    w = philox4x32_10(key=seed, counter=(col // 8, row, 0, 0))[(col % 8) // 2]
+    u = (w & 0xFFFF if col % 2 == 0 else w >> 16) * 2**-16
 
-One Philox call serves four columns. Backward, `dropout_mask` and the CUDA kernel (csrc/philox.cuh)
+One Philox call serves eight columns, 16 bits each (p is resolved to 2**-16), which halves the Philox work
+per element against one 32-bit word each. Backward, `dropout_mask` and the CUDA kernel (csrc/philox.cuh)
 regenerate the same u. Inputs may be fp32 or bf16; arithmetic is fp32.
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ def _config(n: int, backward: bool = False) -> tuple[int, int, int]:
     """(BLOCK_M rows per program step, BLOCK_N >= n, num_warps)."""
     if n > MAX_N:
         raise ValueError(f"hidden size {n} is over {MAX_N}")
-    block_n = max(triton.next_power_of_2(n), 4)
+    block_n = max(triton.next_power_of_2(n), 8)  # one Philox call per 8 columns
     if backward:
         block_m, warps, _ = _BWD.get(block_n, (min(16, 4096 // block_n), 4, 8))
         return block_m, block_n, warps
@@ -68,14 +70,17 @@ def _cast(v, dtype: tl.constexpr):
 # --8<-- [start:philox]
 @triton.jit
 def _uniform(seed, rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    groups = tl.arange(0, BLOCK_N // 4)
-    c0 = (tl.zeros([BLOCK_M, BLOCK_N // 4], tl.int32) + groups[None, :]).to(tl.uint32)
-    c1 = (tl.zeros([BLOCK_M, BLOCK_N // 4], tl.int32) + rows[:, None]).to(tl.uint32)
+    groups = tl.arange(0, BLOCK_N // 8)
+    c0 = (tl.zeros([BLOCK_M, BLOCK_N // 8], tl.int32) + groups[None, :]).to(tl.uint32)
+    c1 = (tl.zeros([BLOCK_M, BLOCK_N // 8], tl.int32) + rows[:, None]).to(tl.uint32)
     zero = c0 * 0
     r0, r1, r2, r3 = tl.philox(seed, c0, c1, zero, zero)
-    # column 4g + j takes r_j[g]: join puts the new axis innermost, so (j // 2, j % 2) -> r_j
-    r = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_M, BLOCK_N])
-    return (r >> 8).to(tl.float32) * (1.0 / 16777216.0)  # 24 bits: exact in fp32, in every language
+    # column 8g + j takes half j % 2 (low first) of word r_(j // 2)[g]: join puts each new axis innermost,
+    # so the flat index 4a + 2b + c picks word 2a + b, half c
+    lo = tl.join(tl.join(r0 & 0xFFFF, r2 & 0xFFFF), tl.join(r1 & 0xFFFF, r3 & 0xFFFF))
+    hi = tl.join(tl.join(r0 >> 16, r2 >> 16), tl.join(r1 >> 16, r3 >> 16))
+    r = tl.reshape(tl.join(lo, hi), [BLOCK_M, BLOCK_N])
+    return r.to(tl.float32) * (1.0 / 65536.0)  # 16 bits: exact in fp32, in every language
 
 
 @triton.jit

@@ -164,7 +164,8 @@ def sweep_bwd_launch(m, n, dtype, device, rows=(1, 2, 4), warps=(4, 8, 16, 32), 
                 for label, got, ref in zip(("dx", "dr", "dw", "db"), grads, refs):
                     check(f"backward {label} (n={n}, rows={bm}, warps={nw}, programs={k * sms})", got, ref,
                           TOL[dtype] * (4 if label in ("dw", "db") else 1))
-                out.append([n, bm, nw, k * sms, bench_ms(run, device)])
+                programs = al.bwd_layout(m, n, device, k * sms, (bm, nw))[-1]  # after rounding rows to BLOCK_M
+                out.append([n, bm, nw, programs, bench_ms(run, device)])
     return out
 # --8<-- [end:layernorm]
 

@@ -104,12 +104,11 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow, VECTOR && ITEMS * 16 / size
     load_chunk<T, VECTOR>(x, col, limit, xv);
     load_chunk<T, VECTOR>(res, col, limit, v[i]);
     if (p.p > 0.f) {
+      // chunks are aligned to C (8 bf16 or 4 fp32 columns), so one Philox call covers a chunk
+      const Philox4 rnd = philox4x32_10(p.seed, col / 8, row);
+      const int first = C == 8 ? 0 : col % 8;
 #pragma unroll
-      for (int q = 0; q < C; q += 4) {
-        const Philox4 rnd = philox4x32_10(p.seed, (col + q) / 4, row);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) xv[q + j] = philox_uniform(rnd.v[j]) >= p.p ? xv[q + j] * p.scale : 0.f;
-      }
+      for (int j = 0; j < C; ++j) xv[j] = philox_uniform(rnd, first + j) >= p.p ? xv[j] * p.scale : 0.f;
     }
 #pragma unroll
     for (int j = 0; j < C; ++j) {
@@ -176,8 +175,9 @@ cudaError_t dispatch(const FwdParams& p, cudaStream_t stream) {
                       (!p.bias || aligned16(p.bias)) && aligned16(p.y) && aligned16(p.h);
   const int max_items = vector ? items_cap<T, true>() : items_cap<T, false>();
   const int chunks = (p.n + C - 1) / C;
-  int items = 1;  // chunks per thread: up to 128 threads per row first, then more chunks, then 256 threads
-  while (items < max_items && (chunks + items - 1) / items > 128) items *= 2;
+  // chunks per thread: as few as 256 threads per row allow (fewer registers per thread, more warps per SM)
+  int items = 1;
+  while (items < max_items && (chunks + items - 1) / items > kMaxThreadsPerRow) items *= 2;
   const int threads = ((chunks + items - 1) / items + 31) / 32 * 32;
   if (threads > kMaxThreadsPerRow) return cudaErrorInvalidValue;
   const int rows_per_block = threads == 32 ? 4 : 1;

@@ -41,12 +41,16 @@ FUSION_HD Philox4 philox4x32_10(uint64_t seed, uint32_t c0, uint32_t c1) {
   return Philox4{{c0, c1, c2, c3}};
 }
 
-// 24 random bits times 2^-24: exact in float, so every implementation draws the same mask
-FUSION_HD float philox_uniform(uint32_t r) { return static_cast<float>(r >> 8) * 5.9604644775390625e-08f; }
+// 16 random bits per element: one Philox call (four 32-bit words) serves 8 columns, word k / 2, low half
+// first. u = bits * 2^-16 is exact in float, so every implementation draws the same mask.
+FUSION_HD float philox_uniform(const Philox4& r, int k) {  // k in 0..7; constant k folds to one word
+  const uint32_t w = k < 4 ? (k < 2 ? r.v[0] : r.v[1]) : (k < 6 ? r.v[2] : r.v[3]);
+  return static_cast<float>((k & 1) ? w >> 16 : w & 0xFFFFu) * 1.52587890625e-05f;
+}
 
-// u for element (row, col): one Philox call serves columns 4g .. 4g + 3
+// u for element (row, col)
 FUSION_HD float dropout_uniform(uint64_t seed, uint32_t row, uint32_t col) {
-  return philox_uniform(philox4x32_10(seed, col / 4, row).v[col % 4]);
+  return philox_uniform(philox4x32_10(seed, col / 8, row), static_cast<int>(col % 8));
 }
 // --8<-- [end:philox]
 

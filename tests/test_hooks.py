@@ -81,3 +81,23 @@ def test_vendor_assets_refuse_to_build_without_node_modules(monkeypatch, tmp_pat
     monkeypatch.setattr(hook, "ROOT", tmp_path)
     with pytest.raises(PluginError, match="make setup"):
         hook.on_files([], SimpleNamespace())
+
+
+def test_metric_refs_quote_the_recorded_value_and_fail_on_unknown_names():
+    import json
+
+    refs = load("metric_refs")
+    data = json.loads((ROOT / "results/nvidia-h200/00-gpu-ceilings.json").read_text())
+    copy = data["metrics"]["copy_bandwidth_gbps"]
+    md = refs.on_page_markdown("拷贝 <!-- metric 00-gpu-ceilings copy_bandwidth_gbps -->，比例 "
+                               "<!-- metric 00-gpu-ceilings ridge_point_flop_per_byte -->。",
+                               page("kernels/x.md"), config(), None)
+    assert f"[{copy:,.0f} GB/s](../labs/00-gpu-ceilings.ipynb \"NVIDIA H200 · {data['executed_at'][:10]}\")" in md
+    assert "<!--" not in md
+    pct = refs.on_page_markdown("<!-- metric 00-gpu-ceilings ridge_point_flop_per_byte % -->", page("a/b/c.md"),
+                                config(), None)
+    assert pct.startswith(f"[{data['metrics']['ridge_point_flop_per_byte'] * 100:.3g}%](../../labs/")
+    for bad, why in [("<!-- metric 00-gpu-ceilings no_such_metric -->", "no metric 'no_such_metric'"),
+                     ("<!-- metric 99-missing copy_bandwidth_gbps -->", "there is no notebooks/99-missing.ipynb")]:
+        with pytest.raises(PluginError, match=why):
+            refs.on_page_markdown(bad, page("kernels/x.md"), config(), None)

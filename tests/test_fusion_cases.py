@@ -160,7 +160,7 @@ def test_tune_reports_configs_that_do_not_fit():
                                 [gm.SMOKE, gm.Config(64, 32, 32, 4, 1)], "cpu", 1e-6)
     assert best == gm.SMOKE and ms > 0
     assert rows[1][0] == str(gm.Config(64, 32, 32, 4, 1)) and rows[1][1].startswith("does not fit")
-    with pytest.raises(RuntimeError, match="no config fits"):
+    with pytest.raises(bench.NoConfigFits, match="no config fits"):
         bench.tune("toy", run, torch.ones(3, dtype=torch.float64), [gm.Config(64, 32, 32, 4, 1)], "cpu", 1e-6)
 
 

@@ -171,6 +171,10 @@ def sweep_bwd_launch(m, n, dtype, device, rows=(1, 2, 4), warps=(4, 8, 16, 32), 
 
 
 # --8<-- [start:gemm]
+class NoConfigFits(RuntimeError):
+    """No candidate config of a kernel fits this GPU (shared memory or registers)."""
+
+
 def tune(name, run, ref, configs, device, tol) -> tuple[gm.Config, float, list]:
     """Check and time run(config) for each config; configs the GPU cannot hold are reported, not hidden.
     Returns (best config, its ms, rows of [config, ms or the reason it did not run])."""
@@ -188,7 +192,7 @@ def tune(name, run, ref, configs, device, tol) -> tuple[gm.Config, float, list]:
         if best is None or ms < best[1]:
             best = (cfg, ms)
     if best is None:
-        raise RuntimeError(f"{name}: no config fits this GPU: {rows}")
+        raise NoConfigFits(f"{name}: no config fits this GPU: {rows}")
     return best[0], best[1], rows
 
 

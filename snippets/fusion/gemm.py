@@ -33,9 +33,10 @@ class Config:
         return f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
 
 
-# candidates a tuner picks from on a GPU (tile M x N x K, warps, pipeline stages); the interpreter takes SMOKE
+# candidates a tuner picks from on a GPU (tile M x N x K, warps, pipeline stages); the last one fits the 64 KiB
+# of shared memory of a T4; the interpreter takes SMOKE
 CONFIGS = [Config(128, 256, 64, 8, 3), Config(128, 128, 64, 8, 3), Config(128, 128, 64, 4, 4),
-           Config(256, 128, 64, 8, 3), Config(64, 128, 64, 4, 4), Config(128, 64, 64, 4, 4)]
+           Config(256, 128, 64, 8, 3), Config(64, 128, 64, 4, 4), Config(128, 64, 64, 4, 4), Config(64, 64, 32, 4, 2)]
 SMOKE = Config(32, 32, 32, 4, 1)
 
 

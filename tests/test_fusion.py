@@ -437,3 +437,17 @@ def test_cuda_kernel_matches_reference(dtype):
                 for t in (y, h, rstd) + (() if rms else (mean,)):
                     assert torch.isfinite(t).all(), (shape, p, rms)
                 assert rel(y, y_ref) < TOL[dtype] and rel(h, h_ref) < TOL[dtype], (shape, p, rms)
+
+
+def test_backward_spills_at_16384_for_every_warp_count():
+    """The pages say the one-pass backward cannot hold a 16384-wide row without spilling: every warp count
+    (one row per step) spills when compiled for sm_90a, with and without dropout."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    for warps in (4, 8, 16, 32):
+        pre = f"from snippets.fusion import add_layernorm as _a\n_a._BWD[16384] = (1, {warps}, 1)\n"
+        cases = [["_bwd_kernel", "bf16", 16384, True], ["_bwd_kernel", "bf16", 16384, False]]
+        r = subprocess.run([sys.executable, "-c", pre + TRITON_SM90, json.dumps(cases)], capture_output=True,
+                           text=True, env=env, cwd=Path(__file__).resolve().parents[1])
+        assert r.returncode == 0, r.stderr[-3000:]
+        for row in json.loads(r.stdout):
+            assert row["warps"] == warps and row["spill_stores"] > 0, row

@@ -134,3 +134,21 @@ def test_tags_pages_list_every_question_in_their_language(built_site):
             assert f'href="{slug}"' in html, f"{tags_page}: no link to {slug}"
             for tag in meta["tags"]:
                 assert f">{tag}</span>" in html, f"{tags_page}: tag {tag} missing"
+
+
+
+def test_search_dictionary_keeps_every_chinese_term_whole(built_site):
+    """jieba alone splits 全归约 into 全 + 归约, and a search for the term then ranks pages by how often they
+    say 归约 (reduction); schemas/search_dict.txt keeps every Chinese glossary term and tag one token."""
+    import yaml
+
+    words = {line.split()[0] for line in (ROOT / "schemas/search_dict.txt").read_text(encoding="utf-8").splitlines()
+             if line.strip()}
+    terms = [t["zh"] for t in yaml.safe_load((ROOT / "schemas/glossary.yml").read_text(encoding="utf-8"))]
+    terms += list(yaml.safe_load((ROOT / "schemas/vocabulary.yml").read_text(encoding="utf-8"))["tags"])
+    missing = [t for t in terms if " " not in t and re.search(r"[\u4e00-\u9fff]", t) and t not in words]
+    assert not missing, f"add to schemas/search_dict.txt: {missing}"
+    docs = json.loads((built_site / "search/search_index.json").read_text())["docs"]
+    text = "\n".join(d["text"] for d in docs if d["location"].startswith("distributed/nccl-timeout/"))
+    for word in ["全归约", "集合通信"]:
+        assert re.search(rf"(^|[\s\u200b]){word}([\s\u200b]|$)", text), f"{word} is split in the index"

@@ -14,7 +14,9 @@ from snippets.paged_kv import waste
 from snippets.paged_kv.allocator import BlockManager, CacheStateError, OutOfBlocks
 from snippets.paged_kv.kv_cache import PagedKVCache
 
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")]
 
 
 def check_invariants(m: BlockManager):

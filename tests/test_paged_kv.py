@@ -185,3 +185,26 @@ def test_decode_rejects_bad_shapes():
     k = torch.randn(2, 16, 4, 32)
     with pytest.raises(ValueError, match="multiple of kv_heads"):
         pa.paged_decode(q, k, k, torch.zeros(1, 1, dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
+
+
+def test_tiny_model_generates_the_same_tokens_three_ways():
+    from snippets.paged_kv import model as tiny
+
+    net = tiny.TinyDecoder(max_len=64, seed=3)
+    prompt = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(5)).tolist()
+    a = tiny.generate_no_cache(net, prompt, 6)
+    assert a == tiny.generate_contiguous(net, prompt, 6) == tiny.generate_paged(net, prompt, 6, block_size=4)
+    assert len(a) == 6 and all(0 <= t < 256 for t in a)
+
+
+def test_bench_layouts_and_check():
+    from snippets.paged_kv import bench
+
+    _, _, table, lens = bench.make_cache(3, 40, 16, 2, 32, torch.float32, "cpu", layout="sequential")
+    assert table.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] and lens.tolist() == [40, 40, 40]
+    _, _, table, _ = bench.make_cache(3, 40, 16, 2, 32, torch.float32, "cpu", layout="scattered", seed=1)
+    assert sorted(table.flatten().tolist()) == list(range(9))
+    assert bench.kv_bytes([40, 40], 2, 32, 2, 4) == 80 * 2 * 32 * 2 * 2 + 2 * 2 * 4 * 32 * 2
+    ref = torch.randn(10)
+    with pytest.raises(AssertionError, match="wrong"):
+        bench.check("wrong", ref + 1, ref, 1e-3)

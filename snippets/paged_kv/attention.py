@@ -83,6 +83,19 @@ def _sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else 4
 
 
+@functools.cache
+def default_tile(device) -> tuple[int, int]:
+    """(tokens per tile, pipeline stages): K and V tiles of 128 x 128 bf16, double-buffered, take 128 KiB of
+    shared memory, which an A100 or H100/H200 has; an L4 or other sm_86/89 part gets 64-token tiles, and a
+    T4 (sm_75, 64 KiB) single-buffered ones."""
+    if torch.device(device).type != "cuda":
+        return 128, 2
+    cap = torch.cuda.get_device_capability(device)
+    if cap < (8, 0):
+        return 64, 1
+    return (128, 2) if cap in ((8, 0), (9, 0)) or cap >= (10, 0) else (64, 2)
+
+
 # --8<-- [start:launch]
 def choose_splits(batch: int, kv_heads: int, max_pages: int, tile_pages: int, sms: int) -> int:
     """Enough programs for two per SM, but never a split with less than one tile of pages."""
@@ -90,10 +103,13 @@ def choose_splits(batch: int, kv_heads: int, max_pages: int, tile_pages: int, sm
     return max(1, min(want, -(-max_pages // tile_pages)))
 
 
-def paged_decode(q, k_cache, v_cache, block_table, lengths, splits: int | None = None, tile_tokens: int = 128,
-                 num_warps: int = 4, num_stages: int = 2):
+def paged_decode(q, k_cache, v_cache, block_table, lengths, splits: int | None = None, tile_tokens: int | None = None,
+                 num_warps: int = 4, num_stages: int | None = None):
     """q [batch, q_heads, D]; k_cache, v_cache [blocks, block_size, kv_heads, D]; block_table int32 [batch, pages];
-    lengths int32 [batch]. Returns [batch, q_heads, D] in q's dtype. splits=None picks split-KV by choose_splits."""
+    lengths int32 [batch]. Returns [batch, q_heads, D] in q's dtype. splits=None picks split-KV by choose_splits;
+    tile_tokens and num_stages default to default_tile(device)."""
+    tile, stages = default_tile(q.device)
+    tile_tokens, num_stages = tile_tokens or tile, num_stages or stages
     batch, q_heads, dim = q.shape
     _, page, kv_heads, _ = k_cache.shape
     if q_heads % kv_heads or dim & (dim - 1) or dim < 16:

@@ -45,7 +45,7 @@ def kv_bytes(lengths, kv_heads, dim, elt, q_heads) -> int:
 
 # --8<-- [start:decode]
 def decode(batch, context, page, q_heads, kv_heads, dim, dtype, device, layout="scattered", splits=None,
-           tile_tokens=128, num_warps=4) -> dict:
+           tile_tokens=None, num_warps=4) -> dict:
     """Check, then time one decode step of the Triton kernel; ms and GB/s."""
     k, v, table, lens = make_cache(batch, context, page, kv_heads, dim, dtype, device, layout)
     q = torch.randn(batch, q_heads, dim, device=device, dtype=dtype)

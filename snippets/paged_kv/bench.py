@@ -1,5 +1,5 @@
 """The paged-KV lab's measurements. Every variant is checked against the fp32 reference on fresh random
-inputs before it is timed (snippets.common.timing: medians, L2 flushed). Bandwidth counts the K and V bytes a
+inputs before it is timed (snippets.common.timing: medians, L2 flushed); decode steps run as CUDA graph replays. Bandwidth counts the K and V bytes a
 decode step must read (plus q and the output), as a fraction of the copy bandwidth measured in the same run."""
 from __future__ import annotations
 
@@ -43,13 +43,34 @@ def kv_bytes(lengths, kv_heads, dim, elt, q_heads) -> int:
 # --8<-- [end:setup]
 
 
+def graphed(fn, device):
+    """fn captured in a CUDA graph, as serving engines run decode steps: a step this short would otherwise time
+    Python's launch overhead, not the GPU. Returns a function that replays it and returns the graph's output."""
+    if not device.startswith("cuda"):
+        return fn
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # compile and warm up outside the capture
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+    return replay
+
+
 # --8<-- [start:decode]
 def decode(batch, context, page, q_heads, kv_heads, dim, dtype, device, layout="scattered", splits=None,
            tile_tokens=None, num_warps=4) -> dict:
     """Check, then time one decode step of the Triton kernel; ms and GB/s."""
     k, v, table, lens = make_cache(batch, context, page, kv_heads, dim, dtype, device, layout)
     q = torch.randn(batch, q_heads, dim, device=device, dtype=dtype)
-    run = lambda: pa.paged_decode(q, k, v, table, lens, splits, tile_tokens, num_warps)  # noqa: E731
+    run = graphed(lambda: pa.paged_decode(q, k, v, table, lens, splits, tile_tokens, num_warps), device)
     check(f"paged decode b={batch} ctx={context} page={page} {layout} splits={splits}", run(),
           pa.decode_ref(q, k, v, table, lens), TOL[dtype])
     ms = bench_ms(run, device)
@@ -61,12 +82,13 @@ def sdpa(batch, context, q_heads, kv_heads, dim, dtype, device) -> dict:
     k = torch.randn(batch, kv_heads, context, dim, device=device, dtype=dtype)
     v = torch.randn_like(k)
     q = torch.randn(batch, q_heads, dim, device=device, dtype=dtype)
-    out = pa.sdpa_contiguous(q, k, v)
+    run = graphed(lambda: pa.sdpa_contiguous(q, k, v), device)
+    out = run()
     table = torch.arange(batch, device=device, dtype=torch.int32)[:, None]
     ref = pa.decode_ref(q, k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), table,
                         torch.full((batch,), context, dtype=torch.int32))
     check(f"sdpa b={batch} ctx={context}", out, ref, TOL[dtype])
-    ms = bench_ms(lambda: pa.sdpa_contiguous(q, k, v), device)
+    ms = bench_ms(run, device)
     return {"ms": ms, "gbps": kv_bytes([context] * batch, kv_heads, dim, k.element_size(), q_heads) / ms / 1e6}
 # --8<-- [end:decode]
 

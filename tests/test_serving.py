@@ -1,0 +1,88 @@
+"""snippets/serving on the CPU: the speculative sampler's output distribution equals the target's (a chi-square
+test, several draft/target pairs including a bad draft, and a broken sampler that the same test must catch),
+greedy as the special case, and the acceptance rate against its closed form."""
+import random
+
+import pytest
+import torch
+
+from snippets.serving import speculative as sp
+
+VOCAB, N = 3, 2  # 9 two-token continuations
+
+
+def chi_square_p(counts: dict, expected: dict, trials: int) -> float:
+    """p-value of Pearson's chi-square goodness of fit (regularised upper incomplete gamma)."""
+    stat = sum((counts.get(key, 0) - trials * pr) ** 2 / (trials * pr) for key, pr in expected.items())
+    stat += sum(c for key, c in counts.items() if key not in expected) * 1e9  # an impossible outcome
+    df = len(expected) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2), torch.tensor(stat / 2)))
+
+
+def pair(kind: str, g: torch.Generator):
+    target = torch.randn(VOCAB, VOCAB, generator=g) * 1.5
+    draft = {"close": target + 0.3 * torch.randn(VOCAB, VOCAB, generator=g),
+             "bad": -target,  # prefers what the target avoids
+             "uniform": torch.zeros(VOCAB, VOCAB)}[kind]
+    return sp.bigram_model(target), sp.bigram_model(draft)
+
+
+@pytest.mark.parametrize("kind, k", [("close", 1), ("close", 3), ("bad", 2), ("uniform", 4)])
+def test_speculative_output_follows_the_target_distribution(kind, k):
+    seed = random.SystemRandom().randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    target, draft = pair(kind, g)
+    expected = sp.sequence_distribution(target, [0], N)
+    trials, counts = 6000, {}
+    for _ in range(trials):
+        key = tuple(sp.generate(target, draft, [0], N, k, g))
+        counts[key] = counts.get(key, 0) + 1
+    p = chi_square_p(counts, expected, trials)
+    assert p > 1e-4, f"seed {seed}: chi-square p = {p:.2e}, counts {counts}, expected {expected}"
+
+
+def test_the_same_test_catches_a_sampler_that_always_accepts():
+    seed = random.SystemRandom().randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    target, draft = pair("bad", g)
+    expected = sp.sequence_distribution(target, [0], N)
+    trials = 6000
+    counts = {}
+    for _ in range(trials):  # the bug: keep every draft token, i.e. sample from the draft
+        key = tuple(sp.sample_plain(draft, [0], N, g))
+        counts[key] = counts.get(key, 0) + 1
+    assert chi_square_p(counts, expected, trials) < 1e-4, f"seed {seed}"
+
+
+def test_greedy_is_the_special_case():
+    g = torch.Generator().manual_seed(random.SystemRandom().randrange(2**31))
+    logits = torch.randn(8, 8, generator=g)
+    target = sp.bigram_model(logits, temperature=0)
+    chain = [5]
+    for _ in range(12):
+        chain.append(int(logits[chain[-1]].argmax()))
+    stats = sp.Stats()
+    assert sp.generate(target, target, [5], 12, 4, g, stats) == chain[1:]
+    assert stats.acceptance_rate == 1.0  # a draft equal to the target is always right
+    other = sp.bigram_model(torch.randn(8, 8, generator=g), temperature=0)
+    assert sp.generate(target, other, [5], 12, 3, g) == chain[1:]  # a wrong draft changes speed, not tokens
+
+
+def test_acceptance_rate_matches_its_closed_form():
+    """With k = 1 from a fixed token, a proposal is accepted with probability sum_x min(p(x), q(x))."""
+    g = torch.Generator().manual_seed(random.SystemRandom().randrange(2**31))
+    target, draft = pair("close", g)
+    expected = float(torch.minimum(target.probs[0], draft.probs[0]).sum())
+    stats = sp.Stats()
+    for _ in range(4000):
+        sp.speculative_round(target, draft, [0], 1, g, stats)
+    sigma = (expected * (1 - expected) / 4000) ** 0.5
+    assert abs(stats.acceptance_rate - expected) < 5 * sigma + 1e-9, (stats.acceptance_rate, expected)
+    assert stats.rounds == stats.target_calls == 4000 and sum(stats.history) == stats.accepted
+
+
+def test_sequence_distribution_sums_to_one():
+    g = torch.Generator().manual_seed(1)
+    target, _ = pair("close", g)
+    dist = sp.sequence_distribution(target, [2], 3)
+    assert len(dist) == VOCAB**3 and abs(sum(dist.values()) - 1) < 1e-12

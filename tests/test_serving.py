@@ -1,12 +1,16 @@
 """snippets/serving on the CPU: the speculative sampler's output distribution equals the target's (a chi-square
 test, several draft/target pairs including a bad draft, and a broken sampler that the same test must catch),
-greedy as the special case, and the acceptance rate against its closed form."""
+greedy as the special case, the acceptance rate against its closed form; continuous and static batching
+produce the same tokens as plain generation, preemption included."""
 import random
 
 import pytest
 import torch
 
 from snippets.serving import speculative as sp
+
+pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")]
 
 VOCAB, N = 3, 2  # 9 two-token continuations
 
@@ -86,3 +90,40 @@ def test_sequence_distribution_sums_to_one():
     target, _ = pair("close", g)
     dist = sp.sequence_distribution(target, [2], 3)
     assert len(dist) == VOCAB**3 and abs(sum(dist.values()) - 1) < 1e-12
+
+
+def test_schedulers_agree_token_for_token_and_with_plain_generation():
+    from snippets.paged_kv import model as tiny
+    from snippets.serving import scheduler as sch
+
+    net = tiny.TinyDecoder(max_len=128, seed=0)
+    reqs = sch.trace(6, rate=0, seed=1, prompt_median=12, out_median=5, max_len=64)
+    cont, cont_s = sch.run_continuous(sch.Engine(net, 64, 4), reqs, max_batch=4)
+    stat, stat_s = sch.run_static(sch.Engine(net, 64, 4), reqs, max_batch=4)
+    tight, tight_s = sch.run_continuous(sch.Engine(net, 10, 4), reqs, max_batch=4)  # forces a preemption
+    for r in reqs:
+        plain = tiny.generate_no_cache(net, r.prompt, r.max_new)
+        assert cont[r.rid].tokens == stat[r.rid].tokens == tight[r.rid].tokens == plain, r.rid
+    assert sum(rec.preempted for rec in tight.values()) >= 1
+    m = sch.metrics(cont, reqs, cont_s)
+    assert m["tokens"] == sum(r.max_new for r in reqs) and m["tokens_per_s"] > 0
+    assert 0 <= m["ttft_p50"] <= m["ttft_p99"] and 0 <= m["tpot_p50"] <= m["tpot_p99"]
+
+
+def test_a_request_that_can_never_fit_is_refused():
+    from snippets.paged_kv import model as tiny
+    from snippets.serving import scheduler as sch
+
+    net = tiny.TinyDecoder(max_len=128, seed=0)
+    big = [sch.Request(0, 0.0, list(range(40)), 10)]
+    with pytest.raises(ValueError, match="needs 13 blocks on its own; the cache has 8"):
+        sch.run_continuous(sch.Engine(net, 8, 4), big, max_batch=2)
+
+
+def test_trace_shape():
+    from snippets.serving import scheduler as sch
+
+    reqs = sch.trace(500, rate=20.0, seed=3, max_len=512)
+    arrivals = [r.arrival for r in reqs]
+    assert arrivals == sorted(arrivals) and 15 < 500 / arrivals[-1] < 27  # Poisson at 20 per second
+    assert all(1 <= len(r.prompt) <= 256 and 1 <= r.max_new <= 256 for r in reqs)

@@ -127,3 +127,39 @@ def test_trace_shape():
     arrivals = [r.arrival for r in reqs]
     assert arrivals == sorted(arrivals) and 15 < 500 / arrivals[-1] < 27  # Poisson at 20 per second
     assert all(1 <= len(r.prompt) <= 256 and 1 <= r.max_new <= 256 for r in reqs)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("m, n, k, group", [(1, 64, 256, 128), (5, 96, 128, 64), (16, 40, 256, 128), (33, 64, 128, 32)])
+def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k, group):
+    from snippets.serving import quant
+
+    seed = random.SystemRandom().randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(m, k, generator=g).to(dtype)
+    q, s = quant.quantize(w, bits, group)
+    deq = quant.dequantize(q, s, bits, group)
+    # the quantisation error, reported apart from the kernel's: at most half a step per element
+    step = s.repeat_interleave(group, 1)
+    assert ((deq - w).abs() <= step / 2 + 1e-6).all()
+    y = quant.wq_matmul(x, q, s, bits, group)
+    ref = x.float() @ deq.to(dtype).float().T  # the kernel rounds the dequantised tile to x's dtype, sums in fp32
+    err = ((y.float() - ref).norm() / ref.norm()).item()
+    # bf16 keeps 8 bits of mantissa, and Triton's interpreter truncates where the GPU rounds: a few 1e-3
+    assert y.dtype == dtype and err < {torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype], f"seed {seed}: kernel error {err}"
+
+
+def test_int4_packing_round_trips_and_rejects_bad_shapes():
+    from snippets.serving import quant
+
+    w = torch.arange(-8, 8, dtype=torch.float32).repeat(3, 2)  # [3, 32]: every int4 value, scale 8/7 per group
+    q, s = quant.quantize(w, 4, 32)
+    assert q.dtype == torch.uint8 and q.shape == (3, 16)
+    assert torch.equal(torch.round(quant.dequantize(q, s, 4, 32) / s.repeat_interleave(32, 1)),
+                       torch.round(w / s.repeat_interleave(32, 1)).clamp(-8, 7))
+    with pytest.raises(ValueError, match="multiple of the group"):
+        quant.quantize(torch.randn(2, 100), 4, 64)
+    with pytest.raises(ValueError, match="bits must be 4 or 8"):
+        quant.quantize(w, 3, 32)

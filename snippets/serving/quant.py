@@ -1,0 +1,96 @@
+"""Weight-only quantisation for decode: W8A16 (int8, one scale per output channel and group) and W4A16 (int4
+packed two to a byte, one scale per output channel and group of 128 along K), and a Triton GEMM that
+dequantises the weight tile in registers before the tensor-core dot. It saves memory traffic (weights are
+read in 8 or 4 bits), not arithmetic: the multiply still runs in bf16/fp16.
+
+Weights are [N, K] like nn.Linear's; y = x @ W.T with x [M, K]."""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton 3.6's interpreter gets tl.dot wrong for bf16 operands (see fusion/gemm.py)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+# --8<-- [start:quantize]
+def quantize(w: torch.Tensor, bits: int, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-(row, group) quantisation. Returns (q, scales): int8 [N, K] for 8 bits, or uint8 [N, K // 2]
+    holding k = 2j in the low nibble and k = 2j + 1 in the high one (value + 8) for 4 bits; scales fp32
+    [N, K // group]."""
+    if bits not in (4, 8):
+        raise ValueError(f"bits must be 4 or 8, got {bits}")
+    n, k = w.shape
+    if k % group or group % 2:
+        raise ValueError(f"K ({k}) must be a multiple of the group size ({group}), which must be even")
+    levels = 127 if bits == 8 else 7
+    g = w.float().view(n, k // group, group)
+    scales = (g.abs().amax(-1) / levels).clamp(min=1e-12)
+    q = torch.round(g / scales[..., None]).clamp(-levels - (bits == 4), levels).view(n, k)
+    if bits == 8:
+        return q.to(torch.int8), scales
+    u = (q + 8).to(torch.uint8)
+    return (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous(), scales
+
+
+def dequantize(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128) -> torch.Tensor:
+    """fp32 [N, K] back from quantize's output: the reference the kernel is checked against."""
+    if bits == 4:
+        lo, hi = (q & 0xF).to(torch.int16) - 8, (q >> 4).to(torch.int16) - 8
+        q = torch.stack([lo, hi], -1).view(q.shape[0], -1)
+    n, k = q.shape
+    return (q.float().view(n, k // group, group) * scales[..., None]).view(n, k)
+# --8<-- [end:quantize]
+
+
+# --8<-- [start:kernel]
+@triton.jit
+def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
+                    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, DOT_FP32: tl.constexpr):
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_ok, m_ok = rn < N, rm < M
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # the launcher makes BLOCK_K divide GROUP and K
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None], other=0.0)
+        if BITS == 8:
+            w = tl.load(Wq + rn[:, None] * stride_wn + rk[None, :], mask=n_ok[:, None], other=0).to(tl.float32)
+        else:  # two weights per byte: low nibble k = 2j, high nibble k = 2j + 1, stored as value + 8
+            rj = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+            packed = tl.load(Wq + rn[:, None] * stride_wn + rj[None, :], mask=n_ok[:, None], other=0)
+            lo = (packed & 0xF).to(tl.float32) - 8.0
+            hi = (packed >> 4).to(tl.float32) - 8.0
+            w = tl.reshape(tl.join(lo, hi), [BLOCK_N, BLOCK_K])  # join puts the pair innermost: 2j, 2j + 1
+        s = tl.load(S + rn * stride_sn + k0 // GROUP, mask=n_ok, other=0.0)
+        w = (w * s[:, None]).to(X.dtype.element_ty)  # dequantised in registers, never written back
+        if DOT_FP32:
+            acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    tl.store(Y + rm[:, None] * stride_ym + rn[None, :], acc.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+# --8<-- [end:kernel]
+
+
+# --8<-- [start:launch]
+def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128,
+              block_n: int = 64, block_k: int = 128, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+    """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype."""
+    m, k = x.shape
+    n = q.shape[0]
+    block_k = min(block_k, group)
+    if k % block_k or group % block_k or (q.shape[1] * (2 if bits == 4 else 1)) != k:
+        raise ValueError(f"K ({k}) and the group ({group}) must be multiples of BLOCK_K ({block_k}), and q must hold K")
+    x = x.contiguous()
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    block_m = 16 if m <= 16 else 32 if m <= 32 else 64
+    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
+    _wq_gemm_kernel[grid](x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(0),
+                          GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                          DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    return y
+# --8<-- [end:launch]

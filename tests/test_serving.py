@@ -163,3 +163,19 @@ def test_int4_packing_round_trips_and_rejects_bad_shapes():
         quant.quantize(torch.randn(2, 100), 4, 64)
     with pytest.raises(ValueError, match="bits must be 4 or 8"):
         quant.quantize(w, 3, 32)
+
+
+def test_tiny_model_as_target_and_early_exit_draft():
+    from snippets.paged_kv import model as tiny
+    from snippets.serving import lm
+
+    net = tiny.TinyDecoder(max_len=64, layers=4, seed=2)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    logits, _ = net.prefill(torch.tensor(prompt))
+    assert torch.allclose(lm.forward_logits(net, prompt)[-1], logits, atol=1e-5)
+    target, draft = lm.as_model(net), lm.as_model(net, layers=1)
+    plain = tiny.generate_no_cache(net, prompt, 10)
+    g = torch.Generator().manual_seed(0)
+    stats = sp.Stats()
+    assert sp.generate(target, draft, prompt, 10, 3, g, stats) == plain  # greedy: the draft changes speed only
+    assert stats.rounds <= 10 and 0 <= stats.acceptance_rate <= 1

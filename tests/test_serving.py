@@ -179,3 +179,27 @@ def test_tiny_model_as_target_and_early_exit_draft():
     stats = sp.Stats()
     assert sp.generate(target, draft, prompt, 10, 3, g, stats) == plain  # greedy: the draft changes speed only
     assert stats.rounds <= 10 and 0 <= stats.acceptance_rate <= 1
+
+
+def test_markov_corpus_batched_forward_and_training():
+    from snippets.paged_kv import model as tiny
+    from snippets.serving import lm
+
+    corpus = lm.markov_corpus(32, 64, 20, branching=2, seed=4)
+    assert corpus.shape == (64, 20) and int(corpus.max()) < 32
+    successors = {}
+    for row in corpus.tolist():
+        for a, b in zip(row, row[1:]):
+            successors.setdefault(a, set()).add(b)
+    assert max(len(s) for s in successors.values()) <= 2  # a sparse chain: at most `branching` successors
+    net = tiny.TinyDecoder(vocab=32, dim=64, layers=2, max_len=32, seed=0)
+    batch = corpus[:3, :12]
+    together = lm.batched_logits(net, batch)
+    for i in range(3):
+        assert torch.allclose(together[i], lm.forward_logits(net, batch[i].tolist()), atol=1e-4)
+    losses = lm.train(net, corpus, steps=40, batch=16)
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5  # it learns the chain
+    assert not net.emb.requires_grad
+    draft = tiny.TinyDecoder(vocab=32, dim=64, layers=1, max_len=32, seed=1)
+    kl = lm.train(draft, corpus, steps=40, batch=16, teacher=net)
+    assert kl[-1] < kl[0]

@@ -203,3 +203,23 @@ def test_markov_corpus_batched_forward_and_training():
     draft = tiny.TinyDecoder(vocab=32, dim=64, layers=1, max_len=32, seed=1)
     kl = lm.train(draft, corpus, steps=40, batch=16, teacher=net)
     assert kl[-1] < kl[0]
+
+
+def test_serving_measurements_run_end_to_end_on_the_cpu():
+    """The lab's measurement functions at toy sizes: every check inside them passes."""
+    from snippets.paged_kv import model as tiny
+    from snippets.serving import bench, lm
+    from snippets.serving import scheduler as sch
+
+    corpus = lm.markov_corpus(64, 256, 33, seed=0)
+    target = tiny.TinyDecoder(vocab=64, dim=64, layers=2, max_len=128, seed=0)
+    lm.train(target, corpus, 10, batch=16)
+    draft = tiny.TinyDecoder(vocab=64, dim=64, layers=1, max_len=128, seed=1)
+    lm.train(draft, corpus, 10, batch=16, teacher=target)
+    r = bench.spec_decode(target, draft, [corpus[0, :8].tolist()], 6, 2)
+    assert 0 <= r["acceptance"] <= 1 and r["tokens_per_target_call"] >= 1 and r["speedup"] > 0
+    reqs = sch.trace(5, rate=0, seed=2, prompt_median=8, out_median=4, max_len=32, vocab=64)
+    res = bench.batching(target, reqs, 3, 64, 4)
+    assert res["continuous"]["tokens"] == res["static"]["tokens"] == sum(q.max_new for q in reqs)
+    q = bench.quant_gemm(2, 64, 256, torch.bfloat16, "cpu")
+    assert q["w4_quant_error"] > q["w8_quant_error"] > 0 and q["w8_config"] == (64, 128, 4, 3)

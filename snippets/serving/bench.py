@@ -1,0 +1,124 @@
+"""The serving lab's measurements: each checks before it times. Speculative decoding and the schedulers run the
+tiny decoder end to end (host overhead included, as a serving loop has it); the quantised GEMMs and the FP8 GEMM
+are timed as CUDA graph replays (snippets.paged_kv.bench.graphed) with the L2 flushed."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from snippets.common.timing import bench_ms
+from snippets.paged_kv.bench import graphed
+from snippets.paged_kv.model import TinyDecoder
+from snippets.serving import lm, quant, scheduler
+from snippets.serving import speculative as sp
+
+
+def _sync(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# --8<-- [start:spec]
+def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]], n: int, k: int,
+                temperature: float = 0.0, seed: int = 0) -> dict:
+    """Speculative against plain decoding over the same prompts: wall time, acceptance rate, tokens per target
+    call. Greedy (temperature 0) must give plain decoding's tokens exactly; that is checked."""
+    device = target.emb.device
+    tm, dm = lm.as_model(target, temperature=temperature), lm.as_model(draft, temperature=temperature)
+    stats = sp.Stats()
+    g = torch.Generator().manual_seed(seed)
+    _sync(device)
+    t0 = time.perf_counter()
+    spec = [sp.generate(tm, dm, p, n, k, g, stats) for p in prompts]
+    _sync(device)
+    t_spec = time.perf_counter() - t0
+    g = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    plain = [sp.sample_plain(tm, p, n, g) for p in prompts]
+    _sync(device)
+    t_plain = time.perf_counter() - t0
+    if temperature == 0 and spec != plain:
+        raise AssertionError(f"greedy speculative decoding changed the tokens (k={k})")
+    tokens = n * len(prompts)
+    return {"k": k, "temperature": temperature, "acceptance": stats.acceptance_rate,
+            "tokens_per_target_call": tokens / stats.target_calls, "speedup": t_plain / t_spec,
+            "ms_per_token_plain": 1e3 * t_plain / tokens, "ms_per_token_spec": 1e3 * t_spec / tokens}
+# --8<-- [end:spec]
+
+
+# --8<-- [start:batching]
+def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_size: int = 16) -> dict:
+    """Continuous against static batching on one trace: the same tokens (checked), then each one's metrics."""
+    out = {}
+    runs = {}
+    for name, run in [("continuous", scheduler.run_continuous), ("static", scheduler.run_static)]:
+        engine = scheduler.Engine(net, num_blocks, block_size)
+        run(engine, requests[:2], max_batch)  # warm up: compiles the decode kernel
+        engine = scheduler.Engine(net, num_blocks, block_size)
+        rec, seconds = run(engine, requests, max_batch)
+        runs[name] = rec
+        out[name] = scheduler.metrics(rec, requests, seconds)
+    bad = [r.rid for r in requests if runs["continuous"][r.rid].tokens != runs["static"][r.rid].tokens]
+    if bad:
+        raise AssertionError(f"the schedulers disagree on requests {bad[:10]}")
+    out["throughput_ratio"] = out["continuous"]["tokens_per_s"] / out["static"]["tokens_per_s"]
+    return out
+# --8<-- [end:batching]
+
+
+# --8<-- [start:quant]
+def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128, configs=((64, 128, 4, 3),)) -> dict:
+    """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16 (best of `configs`: block_n, block_k,
+    warps, stages). The kernel error (against dequantise-then-matmul) and the quantisation error are apart."""
+    g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
+    w = torch.randn(n, k, generator=g, device=device) / k**0.5
+    x = torch.randn(m, k, generator=g, device=device).to(dtype)
+    wd = w.to(dtype)
+    dense = graphed(lambda: x @ wd.T, device)
+    out = {"m": m, "dense_ms": bench_ms(dense, device)}
+    for bits in (8, 4):
+        q, s = quant.quantize(w, bits, group)
+        deq = quant.dequantize(q, s, bits, group)
+        ref = x.float() @ deq.to(dtype).float().T
+        best = None
+        for bn, bk, warps, stages in configs:
+            run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, bn, bk, warps, stages), device)
+            y = run()
+            err = ((y.float() - ref).norm() / ref.norm()).item()
+            if not err < 1e-2:
+                raise AssertionError(f"W{bits}A16 m={m} config {(bn, bk, warps, stages)}: kernel error {err:.3g}")
+            ms = bench_ms(run, device)
+            if best is None or ms < best[0]:
+                best = (ms, (bn, bk, warps, stages))
+        out[f"w{bits}_ms"], out[f"w{bits}_config"] = best
+        out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
+        out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
+    return out
+# --8<-- [end:quant]
+
+
+# --8<-- [start:fp8]
+def fp8_gemm(m: int, n: int, k: int, device) -> dict:
+    """W8A8 in FP8 (e4m3, per-tensor scales) through torch._scaled_mm against the bf16 GEMM: the compute-side
+    contrast to weight-only quantisation. Needs FP8 tensor cores (compute capability 8.9 or newer)."""
+    g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
+    a = torch.randn(m, k, generator=g, device=device)
+    b = torch.randn(n, k, generator=g, device=device)
+    fp8 = torch.float8_e4m3fn
+    sa, sb = a.abs().max() / torch.finfo(fp8).max, b.abs().max() / torch.finfo(fp8).max
+    a8, b8 = (a / sa).to(fp8), (b / sb).to(fp8)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    run8 = graphed(lambda: torch._scaled_mm(a8, b8.T, scale_a=sa.float(), scale_b=sb.float(), out_dtype=torch.bfloat16),
+                   device)
+    run16 = graphed(lambda: a16 @ b16.T, device)
+    ref = a.double() @ b.double().T
+    err8 = ((run8().double() - ref).norm() / ref.norm()).item()
+    err16 = ((run16().double() - ref).norm() / ref.norm()).item()
+    if not (err8 < 0.1 and err16 < 1e-2):
+        raise AssertionError(f"fp8 error {err8:.3g}, bf16 error {err16:.3g}")
+    ms8, ms16 = bench_ms(run8, device), bench_ms(run16, device)
+    flops = 2 * m * n * k
+    return {"fp8_tflops": flops / ms8 / 1e9, "bf16_tflops": flops / ms16 / 1e9, "speedup": ms16 / ms8,
+            "fp8_error": err8, "bf16_error": err16}
+# --8<-- [end:fp8]

@@ -68,9 +68,10 @@ def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_
 
 
 # --8<-- [start:quant]
-def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128, configs=((64, 128, 4, 3),)) -> dict:
+def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128, configs=((64, 128, 4, 3, 1),)) -> dict:
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16 (best of `configs`: block_n, block_k,
-    warps, stages). The kernel error (against dequantise-then-matmul) and the quantisation error are apart."""
+    warps, stages, split_k). The kernel error (against dequantise-then-matmul) and the quantisation error are
+    apart."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
@@ -82,15 +83,15 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128, configs=
         deq = quant.dequantize(q, s, bits, group)
         ref = x.float() @ deq.to(dtype).float().T
         best = None
-        for bn, bk, warps, stages in configs:
-            run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, bn, bk, warps, stages), device)
+        for cfg in configs:
+            run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg), device)
             y = run()
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
-                raise AssertionError(f"W{bits}A16 m={m} config {(bn, bk, warps, stages)}: kernel error {err:.3g}")
+                raise AssertionError(f"W{bits}A16 m={m} config {cfg}: kernel error {err:.3g}")
             ms = bench_ms(run, device)
             if best is None or ms < best[0]:
-                best = (ms, (bn, bk, warps, stages))
+                best = (ms, cfg)
         out[f"w{bits}_ms"], out[f"w{bits}_config"] = best
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()

@@ -48,14 +48,16 @@ def dequantize(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 12
 
 # --8<-- [start:kernel]
 @triton.jit
-def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
+def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, k_per_split,
                     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, DOT_FP32: tl.constexpr):
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    split = tl.program_id(2)  # split-K: each split sums its own slice of K into its own fp32 partial
     n_ok, m_ok = rn < N, rm < M
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, K, BLOCK_K):  # the launcher makes BLOCK_K divide GROUP and K
+    k_start = split * k_per_split
+    for k0 in range(k_start, k_start + k_per_split, BLOCK_K):  # the launcher makes BLOCK_K divide GROUP and K
         rk = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None], other=0.0)
         if BITS == 8:
@@ -72,25 +74,31 @@ def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
             acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
         else:
             acc = tl.dot(x, tl.trans(w), acc)
-    tl.store(Y + rm[:, None] * stride_ym + rn[None, :], acc.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    y_ptrs = Y + split * stride_ys + rm[:, None] * stride_ym + rn[None, :]
+    tl.store(y_ptrs, acc.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 # --8<-- [end:kernel]
 
 
 # --8<-- [start:launch]
 def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128,
-              block_n: int = 64, block_k: int = 128, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
-    """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype."""
+              block_n: int = 64, block_k: int = 128, num_warps: int = 4, num_stages: int = 3,
+              split_k: int = 1) -> torch.Tensor:
+    """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype. split_k > 1 divides K among
+    that many programs per output tile (fp32 partials, then one sum): at batch 1 a 8192-wide layer has only
+    N / block_n tiles, too few to keep every SM reading weights."""
     m, k = x.shape
     n = q.shape[0]
     block_k = min(block_k, group)
     if k % block_k or group % block_k or (q.shape[1] * (2 if bits == 4 else 1)) != k:
         raise ValueError(f"K ({k}) and the group ({group}) must be multiples of BLOCK_K ({block_k}), and q must hold K")
+    if split_k < 1 or k % (split_k * block_k):
+        raise ValueError(f"K ({k}) must split into {split_k} slices of whole BLOCK_K ({block_k}) steps")
     x = x.contiguous()
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_m = 16 if m <= 16 else 32 if m <= 32 else 64
-    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
-    _wq_gemm_kernel[grid](x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(0),
-                          GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                          DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
-    return y
+    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
+    y = torch.empty((split_k, m, n), dtype=x.dtype if split_k == 1 else torch.float32, device=x.device)
+    _wq_gemm_kernel[grid](x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(1),
+                          y.stride(0), k // split_k, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
+                          BLOCK_K=block_k, DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    return y[0] if split_k == 1 else y.sum(0).to(x.dtype)
 # --8<-- [end:launch]

@@ -56,3 +56,31 @@ def test_replay_keeps_the_training_gates():
     logp, chosen = model.forward(x)
     same, _ = model.forward(x, replay=chosen)  # replaying its own choices changes nothing
     assert torch.allclose(logp, same)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("counts", [[5, 0, 17, 64, 1], [0, 0, 40], [3], [70, 0, 0, 0]])
+def test_grouped_gemm_matches_the_loop(counts, dtype, tol):
+    from snippets.moe import grouped_gemm as gg
+
+    seed = random.SystemRandom().randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    k, n = 48, 40
+    x = torch.randn(sum(counts), k, generator=g).to(dtype)
+    w = torch.randn(len(counts), k, n, generator=g).to(dtype)
+    y = gg.grouped_mm(x, w, counts, block_m=16, block_n=32, block_k=16)
+    ref = gg.loop_mm(x.double(), w.double(), counts)
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert torch.isfinite(y).all() and err < tol, f"seed {seed}: {err}"
+
+
+def test_grouped_gemm_schedule_and_bad_arguments():
+    from snippets.moe import grouped_gemm as gg
+
+    experts, rows, offs = gg.schedule([5, 0, 17], 8)
+    assert experts == [0, 2, 2, 2] and rows == [0, 5, 13, 21] and offs == [0, 5, 5, 22]
+    with pytest.raises(ValueError, match="do not agree"):
+        gg.grouped_mm(torch.randn(10, 8), torch.randn(2, 8, 4), [4, 5])
+    g = torch.Generator().manual_seed(0)
+    balanced, skewed = gg.routed_counts(8000, 8, 0.0, g), gg.routed_counts(8000, 8, 1.5, g)
+    assert sum(balanced) == sum(skewed) == 8000 and max(skewed) > 2 * max(balanced)

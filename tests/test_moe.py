@@ -126,3 +126,12 @@ def test_expert_parallel_equals_the_single_process_layer_on_gloo():
         assert err < 1e-5, (rank, err)
         assert dispatched == 40 * 2 * 16 * 4  # every (token, slot) leaves once: 40 tokens x k=2 x 16 fp32
     assert out[0][2] + out[1][2] == out[0][1] + out[1][1]  # what is dispatched comes back
+
+
+def test_expert_parallel_run_reports_errors_and_bandwidth():
+    from snippets.moe import ep
+
+    out = ep.run("gloo", 2, tokens=64, dim=32, experts=4, k=2, reps=2, seed=random.SystemRandom().randrange(2**31))
+    assert sorted(out) == [0, 1]
+    for r in out.values():
+        assert r["relative_error"] < 1e-5 and r["dispatch_gbps"] > 0 and r["dispatch_bytes"] == 64 * 2 * 32 * 4

@@ -38,7 +38,7 @@ def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None) -> tuple[t
     chosen = scores.topk(k, -1).indices
     gates = scores.gather(-1, chosen)
     gates = gates / gates.sum(-1, keepdim=True)
-    token = torch.arange(x.shape[0]).repeat_interleave(k)  # one entry per (token, slot)
+    token = torch.arange(x.shape[0], device=x.device).repeat_interleave(k)  # one entry per (token, slot)
     expert = chosen.flatten()
     order = torch.argsort(expert // local, stable=True)  # grouped by destination rank
     token, expert = token[order], expert[order]
@@ -46,15 +46,15 @@ def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None) -> tuple[t
     recv_counts = torch.empty_like(send_counts)
     dist.all_to_all_single(recv_counts, send_counts, group=group)  # split sizes first
     send, recv = send_counts.tolist(), recv_counts.tolist()
-    x_in = torch.empty((sum(recv), x.shape[1]), dtype=x.dtype)
+    x_in = torch.empty((sum(recv), x.shape[1]), dtype=x.dtype, device=x.device)
     dist.all_to_all_single(x_in, x[token].contiguous(), recv, send, group=group)  # dispatch
-    e_in = torch.empty(sum(recv), dtype=expert.dtype)
+    e_in = torch.empty(sum(recv), dtype=expert.dtype, device=x.device)
     dist.all_to_all_single(e_in, expert.contiguous(), recv, send, group=group)
     y_in = torch.empty_like(x_in)
     for e in e_in.unique().tolist():  # the experts this rank holds
         rows = (e_in == e).nonzero()[:, 0]
         y_in[rows] = expert_mlp(x_in[rows], w1_local[e - rank * local], w2_local[e - rank * local])
-    y_back = torch.empty((sum(send), x.shape[1]), dtype=x.dtype)
+    y_back = torch.empty((sum(send), x.shape[1]), dtype=x.dtype, device=x.device)
     dist.all_to_all_single(y_back, y_in, send, recv, group=group)  # combine
     y = torch.zeros_like(x)
     slot_gate = gates.flatten()[order]
@@ -62,3 +62,64 @@ def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None) -> tuple[t
     elt = x.element_size()
     return y, {"dispatch_bytes": int(sum(send)) * x.shape[1] * elt, "combine_bytes": int(sum(recv)) * x.shape[1] * elt}
 # --8<-- [end:ep]
+
+
+# --8<-- [start:run]
+def _worker(rank, world, backend, port, cfg, out):
+    import os
+    import time
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(dev)
+    dist.init_process_group(backend, rank=rank, world_size=world, device_id=dev if backend == "nccl" else None)
+    g = torch.Generator().manual_seed(cfg["seed"])
+    dim, experts, k, tokens = cfg["dim"], cfg["experts"], cfg["k"], cfg["tokens"]
+    router = torch.randn(dim, experts, generator=g)
+    w1 = torch.randn(experts, dim, 2 * dim, generator=g) / dim**0.5
+    w2 = torch.randn(experts, 2 * dim, dim, generator=g) / (2 * dim) ** 0.5
+    x_all = torch.randn(world * tokens, dim, generator=g)
+    local = experts // world
+    x = x_all[rank * tokens:(rank + 1) * tokens]
+    to = lambda *ts: [t.to(dev) for t in ts]  # noqa: E731
+    xs, rs, w1s, w2s = to(x, router, w1[rank * local:(rank + 1) * local], w2[rank * local:(rank + 1) * local])
+    y, stats = moe_expert_parallel(xs, rs, w1s, w2s, k)
+    ref = moe_reference(x.double(), router.double(), w1.double(), w2.double(), k)
+    err = float(((y.double().cpu() - ref).norm() / ref.norm()))
+    # the dispatch alone, timed: a [tokens * k, dim] all-to-all with even splits
+    send = torch.randn(tokens * k, dim, device=dev)
+    recv = torch.empty_like(send)
+    times = []
+    for _ in range(cfg["reps"]):
+        dist.barrier()
+        if backend == "nccl":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dist.all_to_all_single(recv, send)
+        if backend == "nccl":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    seconds = times[len(times) // 2]
+    moved = send.numel() * send.element_size() * (world - 1) / world  # what leaves this rank
+    out[rank] = {"relative_error": err, "dispatch_ms": 1e3 * seconds, "dispatch_gbps": moved / seconds / 1e9,
+                 **stats}
+    dist.destroy_process_group()
+
+
+def run(backend: str = "gloo", world: int = 2, tokens: int = 4096, dim: int = 1024, experts: int = 8, k: int = 2,
+        reps: int = 20, seed: int = 0) -> dict:
+    """Spawn `world` ranks, run the expert-parallel layer against the reference, time the dispatch."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.Manager().dict()
+    cfg = dict(tokens=tokens, dim=dim, experts=experts, k=k, reps=reps, seed=seed)
+    mp.spawn(_worker, args=(world, backend, port, cfg, out), nprocs=world, join=True)
+    return dict(out)
+# --8<-- [end:run]

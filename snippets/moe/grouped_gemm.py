@@ -50,24 +50,29 @@ def schedule(counts: list[int], block_m: int) -> tuple[list[int], list[int], lis
     return experts, rows, offs
 
 
+def plan(counts: list[int], block_m: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The schedule as int32 tensors on the device: built once per routing, outside any timed region."""
+    return tuple(torch.tensor(v, dtype=torch.int32, device=device) for v in schedule(counts, block_m))
+
+
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int], block_m: int = 64, block_n: int = 128,
-               block_k: int = 64, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
-    """Y [tokens, N] with Y[rows of expert e] = X[rows of expert e] @ W[e]; counts[e] tokens per expert, in order."""
+               block_k: int = 64, num_warps: int = 4, num_stages: int = 3, tiles=None) -> torch.Tensor:
+    """Y [tokens, N] with Y[rows of expert e] = X[rows of expert e] @ W[e]; counts[e] tokens per expert, in order.
+    tiles: plan(counts, block_m, device), when the caller has it already."""
     tokens, k = x.shape
     experts, k2, n = w.shape
     if k != k2 or len(counts) != experts or sum(counts) != tokens:
         raise ValueError(f"x {tuple(x.shape)}, w {tuple(w.shape)} and counts (sum {sum(counts)}, {len(counts)} "
                          f"experts) do not agree")
-    tile_e, tile_r, offs = schedule(counts, block_m)
+    tile_e, tile_r, offs = tiles if tiles is not None else plan(counts, block_m, x.device)
     y = torch.empty((tokens, n), dtype=x.dtype, device=x.device)
-    if not tile_e:
+    if tile_e.numel() == 0:
         return y
-    as_tensor = lambda v: torch.tensor(v, dtype=torch.int32, device=x.device)  # noqa: E731
     x, w = x.contiguous(), w.contiguous()
-    grid = (len(tile_e), triton.cdiv(n, block_n))
-    _grouped_kernel[grid](x, w, y, as_tensor(tile_e), as_tensor(tile_r), as_tensor(offs), n, k, x.stride(0),
-                          w.stride(0), w.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                          DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    grid = (tile_e.numel(), triton.cdiv(n, block_n))
+    _grouped_kernel[grid](x, w, y, tile_e, tile_r, offs, n, k, x.stride(0), w.stride(0), w.stride(1), y.stride(0),
+                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_FP32=INTERPRETED,
+                          num_warps=num_warps, num_stages=num_stages)
     return y
 # --8<-- [end:launch]
 
@@ -82,10 +87,13 @@ def loop_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int]) -> torch.Tensor
     return torch.cat(out)
 
 
-def torch_grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int]) -> torch.Tensor:
-    """torch._grouped_mm (CUTLASS; CUDA, bf16): offs are the cumulative row ends of each expert."""
-    offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
-    return torch._grouped_mm(x, w, offs=offs)
+def torch_grouped_mm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """torch._grouped_mm (CUTLASS; CUDA, bf16); ends: int32 cumulative row ends of each expert (row_ends)."""
+    return torch._grouped_mm(x, w, offs=ends)
+
+
+def row_ends(counts: list[int], device) -> torch.Tensor:
+    return torch.tensor(counts, device=device).cumsum(0).to(torch.int32)
 
 
 def routed_counts(tokens: int, experts: int, skew: float, gen: torch.Generator) -> list[int]:

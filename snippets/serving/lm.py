@@ -15,14 +15,7 @@ from snippets.paged_kv.model import TinyDecoder
 # --8<-- [start:lm]
 def forward_logits(net: TinyDecoder, tokens: list[int], layers: int | None = None) -> torch.Tensor:
     """Logits [len, vocab] at every position, through the first `layers` layers (all by default)."""
-    idx = torch.tensor(tokens, device=net.emb.device)
-    x = net.emb[idx] + net.pos[:len(tokens)]
-    for layer in net.layers[:layers]:
-        q, k, v = net._qkv(x, layer)
-        attn = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                              is_causal=True, enable_gqa=True).transpose(0, 1)
-        x = net._finish(x, attn, layer)
-    return F.rms_norm(x, (x.shape[-1],)) @ net.out
+    return batched_logits(net, torch.tensor(tokens, device=net.emb.device)[None], layers)[0]
 
 
 def as_model(net: TinyDecoder, layers: int | None = None, temperature: float = 0.0):

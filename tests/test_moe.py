@@ -94,3 +94,39 @@ def test_expert_parallel_equals_the_single_process_layer_on_gloo():
     for r in out.values():  # equal to the single-process layer; every (token, slot) leaves once: 64 x k=2 x 32 fp32
         assert r["relative_error"] < 1e-5 and r["dispatch_gbps"] > 0 and r["dispatch_bytes"] == 64 * 2 * 32 * 4
     assert sum(r["combine_bytes"] for r in out.values()) == sum(r["dispatch_bytes"] for r in out.values())
+
+
+def test_offloaded_moe_equals_resident_and_counts_its_copies():
+    from snippets.moe import offload
+
+    seed = random.SystemRandom().randrange(2**31)
+    m = offload.OffloadedMoE(layers=3, experts=6, dim=32, ffn=48, k=2, seed=seed)
+    m.make_resident()
+    x = torch.randn(7, 32, generator=torch.Generator().manual_seed(seed)).bfloat16()
+    y_res, _ = m.forward(x, "resident")
+    y_dem, dem = m.forward(x, "on_demand")
+    y_pre, pre = m.forward(x, "prefetch")
+    assert torch.equal(y_res, y_dem) and torch.equal(y_res, y_pre), f"seed {seed}"
+    # on demand copies each layer's distinct chosen experts once; prefetch copies its guesses plus the misses
+    distinct, h = [], x
+    for layer in range(3):
+        chosen, gates = m.route(h, layer)
+        distinct.append(len(chosen.unique()))
+        h = m._ffn(h, chosen, gates, m.resident[layer], chosen.unique().tolist())
+    assert dem["copied"] == sum(distinct) and dem["prefetched"] == dem["hits"] == 0
+    assert pre["hits"] + pre["copied"] == sum(distinct) and pre["copied"] >= distinct[0]
+    with pytest.raises(ValueError, match="unknown mode"):
+        m.forward(x, "lazy")
+
+
+def test_prefetch_hits_everything_when_the_guess_is_right():
+    from snippets.moe import offload
+
+    m = offload.OffloadedMoE(layers=4, experts=8, dim=16, ffn=16, k=2, seed=1)
+    m.routers = [m.routers[0]] * 4  # the next router equals this one: the guess is exact except at layer 0
+    m.host = [[(a * 0, b * 0) for a, b in layer] for layer in m.host]  # zero FFNs keep the hidden state fixed
+    y, stats = m.forward(torch.randn(5, 16).bfloat16(), "prefetch")
+    first = len(m.route(y, 0)[0].unique())
+    assert stats["copied"] == first and stats["hits"] == 3 * first
+    result = offload.compare(offload.OffloadedMoE(layers=2, experts=4, dim=16, ffn=16, k=1), tokens=3, reps=1)
+    assert set(result) == {"resident", "on_demand", "prefetch"} and 0 <= result["prefetch"]["hit_rate"] <= 1

@@ -101,10 +101,11 @@ def test_schedulers_agree_token_for_token_and_with_plain_generation():
     cont, cont_s = sch.run_continuous(sch.Engine(net, 64, 4), reqs, max_batch=4)
     stat, stat_s = sch.run_static(sch.Engine(net, 64, 4), reqs, max_batch=4)
     tight, tight_s = sch.run_continuous(sch.Engine(net, 10, 4), reqs, max_batch=4)  # forces a preemption
+    chunked, _ = sch.run_continuous(sch.Engine(net, 64, 4), reqs, max_batch=4, chunk=7)  # prompts over several steps
     for r in reqs:
         plain = tiny.generate_no_cache(net, r.prompt, r.max_new)
-        assert cont[r.rid].tokens == stat[r.rid].tokens == tight[r.rid].tokens == plain, r.rid
-    assert sum(rec.preempted for rec in tight.values()) >= 1
+        assert cont[r.rid].tokens == stat[r.rid].tokens == tight[r.rid].tokens == chunked[r.rid].tokens == plain, r.rid
+    assert sum(rec.preempted for rec in tight.values()) >= 1 and max(len(r.prompt) for r in reqs) > 7
     m = sch.metrics(cont, reqs, cont_s)
     assert m["tokens"] == sum(r.max_new for r in reqs) and m["tokens_per_s"] > 0
     assert 0 <= m["ttft_p50"] <= m["ttft_p99"] and 0 <= m["tpot_p50"] <= m["tpot_p99"]
@@ -131,7 +132,8 @@ def test_trace_shape():
 
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("m, n, k, group", [(1, 64, 256, 128), (5, 96, 128, 64), (16, 40, 256, 128), (33, 64, 128, 32)])
+@pytest.mark.parametrize("m, n, k, group", [(1, 64, 256, 128), (3, 48, 256, 64), (5, 96, 128, 64), (16, 40, 256, 128),
+                                            (33, 64, 128, 32)])
 def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k, group):
     from snippets.serving import quant
 
@@ -147,6 +149,8 @@ def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k,
     ref = x.float() @ deq.to(dtype).float().T  # the kernel rounds the dequantised tile to x's dtype, sums in fp32
     splits = [1, 2] if k // 2 % min(128, group) == 0 else [1]
     ys = [quant.wq_matmul(x, q, s, bits, group, block_k=min(128, group), split_k=sk) for sk in splits]
+    if m <= quant.GEMV_MAX_ROWS:  # the CUDA-core kernel: a K step of two scale groups, and a narrow N tile
+        ys.append(quant.wq_matmul(x, q, s, bits, group, block_n=16, block_k=2 * group, num_warps=2))
     y = ys[-1]
     err = max(((t.float() - ref).norm() / ref.norm()).item() for t in ys)
     # bf16 keeps 8 bits of mantissa, and Triton's interpreter truncates where the GPU rounds: a few 1e-3

@@ -79,26 +79,95 @@ def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
 # --8<-- [end:kernel]
 
 
+# --8<-- [start:gemv]
+@triton.jit
+def _unpack(words, j: tl.constexpr, BITS: tl.constexpr):
+    """Field j of each int32 word as the float f = 1 + u / 2**BITS, u its unsigned value (int4: the stored
+    value + 8; int8: the two's-complement byte + 128), by moving u into the mantissa under the exponent of 1.0:
+    a shift and one logic op per weight, no int-to-float conversion (those run at a quarter of the FMA rate)."""
+    shift: tl.constexpr = 23 - BITS - BITS * j  # bring field j to bits [23 - BITS, 23)
+    field: tl.constexpr = ((1 << BITS) - 1) << (23 - BITS)
+    moved = (words << shift) if shift >= 0 else (words >> -shift)
+    if BITS == 8:  # flip the sign bit: two's complement q + 128, under 1.0's exponent
+        bits = (moved & field) ^ (0x3F800000 | (0x80 << 15))
+    else:
+        bits = (moved & field) | 0x3F800000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _wq_gemv_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, k_per_split,
+                    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    G_PER: tl.constexpr, GK: tl.constexpr):
+    """Few rows of x (decode), on CUDA cores. The weights are read as int32 words (32 / BITS weights each) in
+    tiles [BLOCK_N, G_PER, GK / per-word] (each of the G_PER chunks inside one scale group). With f = 1 + u / 2**B
+    and the stored value w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x), so the dequantisation
+    is _unpack, an FMA, and one correction per group."""
+    PER: tl.constexpr = 32 // BITS  # weights per word
+    KW: tl.constexpr = GK // PER  # words per chunk row
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m0 = tl.program_id(1) * BLOCK_M
+    split = tl.program_id(2)
+    n_ok = rn < N
+    g = tl.arange(0, G_PER)
+    rows = tl.arange(0, BLOCK_M)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    k_start = split * k_per_split
+    for k0 in range(k_start, k_start + k_per_split, G_PER * GK):
+        kw = (k0 // PER + g * KW)[:, None] + tl.arange(0, KW)[None, :]  # word index [G_PER, KW]
+        words = tl.load(Wq + rn[:, None, None] * stride_wn + kw[None, :, :], mask=n_ok[:, None, None], other=0)
+        s = tl.load(S + rn[:, None] * stride_sn + ((k0 + g * GK) // GROUP)[None, :], mask=n_ok[:, None], other=0.0)
+        for i in tl.static_range(BLOCK_M):
+            m_ok = m0 + i < M
+            xrow = X + (m0 + i) * stride_xm
+            fx = tl.zeros([BLOCK_N, G_PER, KW], tl.float32)
+            sx = tl.zeros([G_PER, KW], tl.float32)
+            for j in tl.static_range(PER):  # field j of word w is column PER * w + j
+                x = tl.load(xrow + PER * kw + j, mask=m_ok, other=0.0).to(tl.float32)
+                fx += _unpack(words, j, BITS) * x[None, :, :]
+                sx += x
+            part = (1 << BITS) * tl.sum(fx, 2) - 3 * (1 << (BITS - 1)) * tl.sum(sx, 1)[None, :]
+            acc += tl.where(rows[:, None] == i, tl.sum(part * s, 1)[None, :], 0.0)
+    rm = m0 + rows
+    y_ptrs = Y + split * stride_ys + rm[:, None] * stride_ym + rn[None, :]
+    tl.store(y_ptrs, acc.to(Y.dtype.element_ty), mask=(rm < M)[:, None] & n_ok[None, :])
+# --8<-- [end:gemv]
+
+
 # --8<-- [start:launch]
+GEMV_MAX_ROWS = 4  # up to this many rows of x, the CUDA-core kernel; more, the tensor-core one
+
+
 def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128,
               block_n: int = 64, block_k: int = 128, num_warps: int = 4, num_stages: int = 3,
               split_k: int = 1) -> torch.Tensor:
-    """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype. split_k > 1 divides K among
-    that many programs per output tile (fp32 partials, then one sum): at batch 1 a 8192-wide layer has only
-    N / block_n tiles, too few to keep every SM reading weights."""
+    """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype. block_k is the K step of
+    one iteration. split_k > 1 divides K among that many programs per output tile (fp32 partials, then one sum):
+    at batch 1 an 8192-wide layer has only N / block_n tiles, too few to keep every SM reading weights."""
     m, k = x.shape
     n = q.shape[0]
-    block_k = min(block_k, group)
-    if k % block_k or group % block_k or (q.shape[1] * (2 if bits == 4 else 1)) != k:
-        raise ValueError(f"K ({k}) and the group ({group}) must be multiples of BLOCK_K ({block_k}), and q must hold K")
+    gemv = m <= GEMV_MAX_ROWS
+    if not gemv:
+        block_k = min(block_k, group)
+    gk = min(block_k, group)
+    if block_k % gk or group % gk or k % block_k or (q.shape[1] * (2 if bits == 4 else 1)) != k:
+        raise ValueError(f"K ({k}), BLOCK_K ({block_k}) and the group ({group}) do not tile: one must divide the "
+                         f"other, and q must hold K")
     if split_k < 1 or k % (split_k * block_k):
         raise ValueError(f"K ({k}) must split into {split_k} slices of whole BLOCK_K ({block_k}) steps")
     x = x.contiguous()
-    block_m = 16 if m <= 16 else 32 if m <= 32 else 64
+    block_m = triton.next_power_of_2(m) if gemv else 16 if m <= 16 else 32 if m <= 32 else 64
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
     y = torch.empty((split_k, m, n), dtype=x.dtype if split_k == 1 else torch.float32, device=x.device)
-    _wq_gemm_kernel[grid](x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(1),
-                          y.stride(0), k // split_k, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
-                          BLOCK_K=block_k, DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    args = (x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(1), y.stride(0),
+            k // split_k)
+    if gemv:
+        args = (x, q.view(torch.int32), scales, y, m, n, k, x.stride(0), q.view(torch.int32).stride(0),
+                scales.stride(0), y.stride(1), y.stride(0), k // split_k)
+        _wq_gemv_kernel[grid](*args, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
+                              G_PER=block_k // gk, GK=gk, num_warps=num_warps, num_stages=num_stages)
+    else:
+        _wq_gemm_kernel[grid](*args, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                              DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
     return y[0] if split_k == 1 else y.sum(0).to(x.dtype)
 # --8<-- [end:launch]

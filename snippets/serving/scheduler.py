@@ -1,9 +1,10 @@
 """Continuous (iteration-level) batching against static batching, on the tiny decoder with a paged KV cache.
 
-Continuous: every step admits arrived requests while the batch and the KV blocks allow, prefills them, decodes
-one token for every running request, retires the finished ones at once, and preempts the newest request
-(freeing its blocks; it is recomputed later) when the blocks run out (Orca; vLLM). Static: a batch is formed
-from the requests that have arrived, and runs until its longest request finishes; nobody joins mid-way.
+Continuous: every step admits arrived requests while the batch and the KV blocks allow, runs one forward over
+their prompts (whole, or in chunks under a token budget: chunked prefill) and one decode token of every running
+request, retires the finished ones at once, and preempts the newest request (freeing its blocks; it is recomputed
+later) when the blocks run out (Orca; vLLM; Sarathi-Serve). Static: a batch is formed from the requests that have
+arrived, prefilled together, and decoded until its longest request finishes; nobody joins mid-way.
 Both are greedy, so each request's tokens must be the same under either scheduler."""
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 from snippets.paged_kv.attention import paged_decode
-from snippets.paged_kv.kv_cache import PagedKVCache
+from snippets.paged_kv.allocator import BlockManager
 from snippets.paged_kv.model import TinyDecoder
 
 
@@ -37,44 +38,84 @@ class Record:
 
 # --8<-- [start:engine]
 class Engine:
-    """The tiny decoder over one paged KV cache per layer; all layers share the same block tables."""
+    """The tiny decoder over a paged KV cache: one BlockManager (every layer uses the same block tables), one K and
+    one V tensor per layer. A step is one forward over every scheduled token, prompt chunks and decode tokens
+    together, as vLLM and Sarathi-Serve batch them: each layer runs its matmuls once for the whole step and writes
+    the step's K/V with one indexed store, whatever the batch."""
 
     def __init__(self, net: TinyDecoder, num_blocks: int, block_size: int = 16):
         self.net, self.block_size = net, block_size
-        dev = net.emb.device
-        self.caches = [PagedKVCache(num_blocks, block_size, net.hkv, net.d, torch.float32, dev, prefix_caching=False)
-                       for _ in net.layers]
-
-    @property
-    def manager(self):
-        return self.caches[0].manager
+        self.manager = BlockManager(num_blocks, block_size, prefix_caching=False)
+        shape = (len(net.layers), num_blocks, block_size, net.hkv, net.d)
+        self.k = torch.zeros(shape, device=net.emb.device)
+        self.v = torch.zeros(shape, device=net.emb.device)
+        self.slots: dict[int, list] = {}  # prompt slots reserved at admission, filled chunk by chunk
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def prefill(self, rid: int, tokens: list[int]) -> int:
-        logits, kvs = self.net.prefill(torch.tensor(tokens, device=self.net.emb.device))
-        for cache, (k, v) in zip(self.caches, kvs):
-            cache.prefill(rid, tokens, k, v)
-        return int(logits.argmax())
+    def admit(self, rid: int, tokens: list[int]) -> None:
+        """Reserve the blocks of a whole prompt (raises OutOfBlocks, changing nothing, if they are not free)."""
+        self.slots[rid] = self.manager.add(rid, tokens)[0]
 
-    def decode(self, rids: list[int], last: list[int]) -> list[int]:
-        """One token for each request; `last` is each one's newest token, not yet in the cache."""
+    def step(self, chunks: list[tuple[int, int, int]], decodes: list[tuple[int, int]]) -> tuple[dict, list[int]]:
+        """chunks: (rid, lo, hi) = prompt positions [lo, hi) of admitted requests; decodes: (rid, newest token, not
+        yet cached). Returns ({rid: next token} for each chunk that ends its prompt, [next token] per decode)."""
         net, dev = self.net, self.net.emb.device
-        pos = torch.tensor([self.manager.lengths[r] for r in rids], device=dev)
-        x = net.emb[torch.tensor(last, device=dev)] + net.pos[pos]
+        toks, pos, slots, spans = [], [], [], []
+        for rid, lo, hi in chunks:
+            toks += self.manager.tokens[rid][lo:hi]
+            pos += range(lo, hi)
+            slots += self.slots[rid][lo:hi]
+            spans.append((len(toks) - (hi - lo), len(toks)))
+        first_decode = len(toks)
+        for rid, last in decodes:
+            toks.append(last)
+            pos.append(self.manager.lengths[rid])
+            slots.append(self.manager.append(rid, last))
+        idx = torch.tensor([(t, p, s.block, s.offset) for t, p, s in zip(toks, pos, slots)], dtype=torch.long)
+        idx = idx.to(dev).T
+        blocks, offsets = idx[2], idx[3]
+        if decodes:
+            table, lengths = self._table([rid for rid, _ in decodes])
+        x = net.emb[idx[0]] + net.pos[idx[1]]
         for i, layer in enumerate(net.layers):
             q, k, v = net._qkv(x, layer)
-            for b, rid in enumerate(rids):
-                self.caches[i].append(rid, last[b], k[b], v[b])
-            table, lengths = self.caches[i].block_table(rids)
-            x = net._finish(x, paged_decode(q, self.caches[i].k, self.caches[i].v, table, lengths, splits=1), layer)
-        logits = torch.nn.functional.rms_norm(x, (x.shape[-1],)) @ net.out
-        return logits.argmax(-1).tolist()
+            self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
+            attn = torch.empty_like(q)
+            for (rid, lo, hi), (a, b) in zip(chunks, spans):
+                attn[a:b] = self._prompt_attention(i, rid, lo, hi, q[a:b], k[a:b], v[a:b])
+            if decodes:
+                attn[first_decode:] = paged_decode(q[first_decode:], self.k[i], self.v[i], table, lengths, splits=1)
+            x = net._finish(x, attn, layer)
+        done = [(rid, b - 1) for (rid, lo, hi), (a, b) in zip(chunks, spans) if hi == len(self.manager.tokens[rid])]
+        rows = [r for _, r in done] + list(range(first_decode, len(toks)))
+        logits = torch.nn.functional.rms_norm(x[rows], (x.shape[-1],)) @ net.out
+        out = logits.argmax(-1).tolist()
+        return {rid: t for (rid, _), t in zip(done, out)}, out[len(done):]
+
+    def _prompt_attention(self, i, rid, lo, hi, q, k, v):
+        """Causal attention of prompt positions [lo, hi) over [0, hi): the earlier chunks come from the cache."""
+        if lo > 0:
+            held = self.slots[rid][:hi]
+            blocks = torch.tensor([s.block for s in held], device=q.device)
+            offsets = torch.tensor([s.offset for s in held], device=q.device)
+            k, v = self.k[i, blocks, offsets], self.v[i, blocks, offsets]
+        mask = None if lo == 0 else torch.arange(hi, device=q.device)[None, :] <= torch.arange(lo, hi, device=q.device)[:, None]
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, is_causal=lo == 0,
+            enable_gqa=True).transpose(0, 1)
 
     def free(self, rid: int) -> None:
-        for cache in self.caches:
-            cache.manager.free(rid)
+        self.manager.free(rid)
+        self.slots.pop(rid, None)
+
+    def _table(self, rids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        tables = [self.manager.tables[r] for r in rids]
+        width = max(len(t) for t in tables)
+        bt = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+        lens = torch.tensor([self.manager.lengths[r] for r in rids], dtype=torch.int32)
+        return bt.to(self.k.device), lens.to(self.k.device)
 # --8<-- [end:engine]
 
 
@@ -87,11 +128,15 @@ def check_fits(engine: Engine, requests: list[Request]) -> None:
                              f"on its own; the cache has {total}")
 
 
-def run_continuous(engine: Engine, requests: list[Request], max_batch: int, clock=time.perf_counter):
+def run_continuous(engine: Engine, requests: list[Request], max_batch: int, clock=time.perf_counter,
+                   chunk: int | None = None):
+    """Iteration-level scheduling. chunk: at most this many tokens per step (decode tokens first, then prompt
+    chunks: chunked prefill); None: whole prompts."""
     check_fits(engine, requests)
     start = clock()
     waiting = deque(sorted(requests, key=lambda r: r.arrival))
     running: list[Request] = []
+    filled: dict[int, int] = {}  # prompt tokens in the cache so far, for requests still prefilling
     rec = {r.rid: Record() for r in requests}
     while waiting or running:
         now = clock() - start
@@ -99,30 +144,45 @@ def run_continuous(engine: Engine, requests: list[Request], max_batch: int, cloc
                and engine.blocks_for(len(waiting[0].prompt) + len(rec[waiting[0].rid].tokens) + 1)
                <= engine.manager.allocator.num_free):
             req = waiting.popleft()
-            r = rec[req.rid]
-            r.tokens.append(engine.prefill(req.rid, req.prompt + r.tokens))  # after preemption: recompute
-            if np.isnan(r.first):
-                r.first = clock() - start
+            engine.admit(req.rid, req.prompt + rec[req.rid].tokens)  # after preemption: recompute
+            filled[req.rid] = 0
             running.append(req)
         if not running:
             if waiting:
                 time.sleep(max(0.0, min(0.001, waiting[0].arrival - now)))
             continue
-        for req in [q for q in running if len(rec[q.rid].tokens) >= q.max_new]:
-            finish(engine, req, rec, running, clock() - start)
-        need = sum(engine.manager.lengths[q.rid] % engine.block_size == 0 for q in running)
-        while running and need > engine.manager.allocator.num_free:  # preempt the newest, recompute it later
+        decoding = [q for q in running if q.rid not in filled]
+        need = sum(engine.manager.lengths[q.rid] % engine.block_size == 0 for q in decoding)
+        while need > engine.manager.allocator.num_free:  # preempt the newest, recompute it later
             victim = running.pop()
-            need -= engine.manager.lengths[victim.rid] % engine.block_size == 0
+            if victim.rid in filled:
+                del filled[victim.rid]
+            else:
+                need -= engine.manager.lengths[victim.rid] % engine.block_size == 0
+                decoding.remove(victim)
             engine.free(victim.rid)
             rec[victim.rid].preempted += 1
             waiting.appendleft(victim)
-        if running:
-            new = engine.decode([q.rid for q in running], [rec[q.rid].tokens[-1] for q in running])
-            for q, tok in zip(list(running), new):
-                rec[q.rid].tokens.append(tok)
-                if len(rec[q.rid].tokens) >= q.max_new:
-                    finish(engine, q, rec, running, clock() - start)
+        budget = float("inf") if chunk is None else max(chunk - len(decoding), 1)  # a prompt always moves on
+        chunks = []
+        for q in running:
+            if q.rid in filled and budget > 0:
+                lo = filled[q.rid]
+                hi = min(len(engine.manager.tokens[q.rid]), lo + int(min(budget, 1 << 30)))
+                chunks.append((q.rid, lo, hi))
+                budget -= hi - lo
+        firsts, new = engine.step(chunks, [(q.rid, rec[q.rid].tokens[-1]) for q in decoding])
+        for rid, lo, hi in chunks:
+            filled[rid] = hi
+        for rid, tok in firsts.items():
+            del filled[rid]
+            rec[rid].tokens.append(tok)
+            if np.isnan(rec[rid].first):
+                rec[rid].first = clock() - start
+        for q, tok in zip(decoding, new):
+            rec[q.rid].tokens.append(tok)
+        for q in [q for q in running if q.rid not in filled and len(rec[q.rid].tokens) >= q.max_new]:
+            finish(engine, q, rec, running, clock() - start)
     return rec, clock() - start
 
 
@@ -136,7 +196,8 @@ def finish(engine, req, rec, running, now):
 
 # --8<-- [start:static]
 def run_static(engine: Engine, requests: list[Request], max_batch: int, clock=time.perf_counter):
-    """Static batching reserves room for the whole batch up front: max_batch must fit the cache at full length."""
+    """A batch is formed from the requests that have arrived, prefilled in one step, then decoded together until
+    its longest request is done; its blocks are released only then. max_batch must fit the cache at full length."""
     check_fits(engine, requests)
     start = clock()
     waiting = deque(sorted(requests, key=lambda r: r.arrival))
@@ -150,20 +211,22 @@ def run_static(engine: Engine, requests: list[Request], max_batch: int, clock=ti
         while waiting and waiting[0].arrival <= now and len(batch) < max_batch:
             batch.append(waiting.popleft())
         for req in batch:
-            rec[req.rid].tokens.append(engine.prefill(req.rid, req.prompt))
-            rec[req.rid].first = clock() - start
-        live = [q for q in batch if q.max_new > 1]
+            engine.admit(req.rid, req.prompt)
+        firsts, _ = engine.step([(q.rid, 0, len(q.prompt)) for q in batch], [])
         for q in batch:
+            rec[q.rid].tokens.append(firsts[q.rid])
+            rec[q.rid].first = clock() - start
             if q.max_new == 1:
-                rec[q.rid].done = clock() - start
+                rec[q.rid].done = rec[q.rid].first
+        live = [q for q in batch if q.max_new > 1]
         while live:  # the whole batch steps together until its longest request is done
-            new = engine.decode([q.rid for q in live], [rec[q.rid].tokens[-1] for q in live])
+            _, new = engine.step([], [(q.rid, rec[q.rid].tokens[-1]) for q in live])
             for q, tok in zip(list(live), new):
                 rec[q.rid].tokens.append(tok)
                 if len(rec[q.rid].tokens) >= q.max_new:
                     rec[q.rid].done = clock() - start
                     live.remove(q)
-        for q in batch:  # blocks are released only when the whole batch is done
+        for q in batch:
             engine.free(q.rid)
     return rec, clock() - start
 # --8<-- [end:static]

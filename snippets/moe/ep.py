@@ -13,10 +13,11 @@ def expert_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Ten
     return F.gelu(x @ w1) @ w2
 
 
-def moe_reference(x, router, w1, w2, k):
-    """All experts in one process: y = sum over the k chosen experts of gate * expert(x)."""
+def moe_reference(x, router, w1, w2, k, chosen=None):
+    """All experts in one process: y = sum over the k chosen experts of gate * expert(x). `chosen` imposes the
+    choices (another precision may break a near-tie between two experts' scores the other way)."""
     scores = torch.sigmoid(x @ router)
-    chosen = scores.topk(k, -1).indices
+    chosen = scores.topk(k, -1).indices if chosen is None else chosen
     gates = scores.gather(-1, chosen)
     gates = gates / gates.sum(-1, keepdim=True)
     y = torch.zeros_like(x)
@@ -31,7 +32,7 @@ def moe_reference(x, router, w1, w2, k):
 # --8<-- [start:ep]
 def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None) -> tuple[torch.Tensor, dict]:
     """This rank's tokens x [tokens, dim]; its experts w1_local/w2_local [experts/world, ...]; the router is
-    replicated. Returns (y, stats: bytes sent in each all-to-all)."""
+    replicated. Returns (y, stats: bytes sent in each all-to-all, and the experts chosen for each token)."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     local = w1_local.shape[0]
     scores = torch.sigmoid(x @ router)
@@ -60,7 +61,8 @@ def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None) -> tuple[t
     slot_gate = gates.flatten()[order]
     y.index_add_(0, token, slot_gate[:, None] * y_back)
     elt = x.element_size()
-    return y, {"dispatch_bytes": int(sum(send)) * x.shape[1] * elt, "combine_bytes": int(sum(recv)) * x.shape[1] * elt}
+    return y, {"dispatch_bytes": int(sum(send)) * x.shape[1] * elt, "combine_bytes": int(sum(recv)) * x.shape[1] * elt,
+               "chosen": chosen}
 # --8<-- [end:ep]
 
 
@@ -76,7 +78,7 @@ def _worker(rank, world, backend, port, cfg, out):
     dist.init_process_group(backend, rank=rank, world_size=world, device_id=dev if backend == "nccl" else None)
     g = torch.Generator().manual_seed(cfg["seed"])
     dim, experts, k, tokens = cfg["dim"], cfg["experts"], cfg["k"], cfg["tokens"]
-    router = torch.randn(dim, experts, generator=g)
+    router = torch.randn(dim, experts, generator=g) / dim**0.5  # unscaled, fp32 sigmoids saturate to 1.0: ties
     w1 = torch.randn(experts, dim, 2 * dim, generator=g) / dim**0.5
     w2 = torch.randn(experts, 2 * dim, dim, generator=g) / (2 * dim) ** 0.5
     x_all = torch.randn(world * tokens, dim, generator=g)
@@ -85,8 +87,11 @@ def _worker(rank, world, backend, port, cfg, out):
     to = lambda *ts: [t.to(dev) for t in ts]  # noqa: E731
     xs, rs, w1s, w2s = to(x, router, w1[rank * local:(rank + 1) * local], w2[rank * local:(rank + 1) * local])
     y, stats = moe_expert_parallel(xs, rs, w1s, w2s, k)
-    ref = moe_reference(x.double(), router.double(), w1.double(), w2.double(), k)
+    chosen = stats.pop("chosen").cpu()
+    ref = moe_reference(x.double(), router.double(), w1.double(), w2.double(), k, chosen)
     err = float(((y.double().cpu() - ref).norm() / ref.norm()))
+    own = torch.sigmoid(x.double() @ router.double()).topk(k, -1).indices  # fp64's own choices, for the record
+    same = float((own.sort(-1).values == chosen.sort(-1).values).all(-1).double().mean())
     # the dispatch alone, timed: a [tokens * k, dim] all-to-all with even splits
     send = torch.randn(tokens * k, dim, device=dev)
     recv = torch.empty_like(send)
@@ -103,7 +108,8 @@ def _worker(rank, world, backend, port, cfg, out):
     times.sort()
     seconds = times[len(times) // 2]
     moved = send.numel() * send.element_size() * (world - 1) / world  # what leaves this rank
-    out[rank] = {"relative_error": err, "dispatch_ms": 1e3 * seconds, "dispatch_gbps": moved / seconds / 1e9,
+    out[rank] = {"relative_error": err, "same_choice_as_fp64": same, "dispatch_ms": 1e3 * seconds,
+                 "dispatch_gbps": moved / seconds / 1e9,
                  **stats}
     dist.destroy_process_group()
 

@@ -76,35 +76,44 @@ class Engine:
         idx = torch.tensor([(t, p, s.block, s.offset) for t, p, s in zip(toks, pos, slots)], dtype=torch.long)
         idx = idx.to(dev).T
         blocks, offsets = idx[2], idx[3]
+        if chunks:
+            ctx, mask = self._prompt_context(chunks, dev)
         if decodes:
             table, lengths = self._table([rid for rid, _ in decodes])
         x = net.emb[idx[0]] + net.pos[idx[1]]
         for i, layer in enumerate(net.layers):
             q, k, v = net._qkv(x, layer)
             self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
-            attn = torch.empty_like(q)
-            for (rid, lo, hi), (a, b) in zip(chunks, spans):
-                attn[a:b] = self._prompt_attention(i, rid, lo, hi, q[a:b], k[a:b], v[a:b])
+            parts = []
+            if chunks:  # every prompt chunk of the step in one attention call, each over its own context
+                kc, vc = self.k[i, ctx[0], ctx[1]], self.v[i, ctx[0], ctx[1]]
+                parts.append(torch.nn.functional.scaled_dot_product_attention(
+                    q[:first_decode].transpose(0, 1), kc.transpose(0, 1), vc.transpose(0, 1), attn_mask=mask,
+                    enable_gqa=True).transpose(0, 1))
             if decodes:
-                attn[first_decode:] = paged_decode(q[first_decode:], self.k[i], self.v[i], table, lengths, splits=1)
-            x = net._finish(x, attn, layer)
+                parts.append(paged_decode(q[first_decode:], self.k[i], self.v[i], table, lengths, splits=1))
+            x = net._finish(x, torch.cat(parts) if len(parts) > 1 else parts[0], layer)
         done = [(rid, b - 1) for (rid, lo, hi), (a, b) in zip(chunks, spans) if hi == len(self.manager.tokens[rid])]
         rows = [r for _, r in done] + list(range(first_decode, len(toks)))
         logits = torch.nn.functional.rms_norm(x[rows], (x.shape[-1],)) @ net.out
         out = logits.argmax(-1).tolist()
         return {rid: t for (rid, _), t in zip(done, out)}, out[len(done):]
 
-    def _prompt_attention(self, i, rid, lo, hi, q, k, v):
-        """Causal attention of prompt positions [lo, hi) over [0, hi): the earlier chunks come from the cache."""
-        if lo > 0:
-            held = self.slots[rid][:hi]
-            blocks = torch.tensor([s.block for s in held], device=q.device)
-            offsets = torch.tensor([s.offset for s in held], device=q.device)
-            k, v = self.k[i, blocks, offsets], self.v[i, blocks, offsets]
-        mask = None if lo == 0 else torch.arange(hi, device=q.device)[None, :] <= torch.arange(lo, hi, device=q.device)[:, None]
-        return torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, is_causal=lo == 0,
-            enable_gqa=True).transpose(0, 1)
+    def _prompt_context(self, chunks, dev):
+        """Cache slots of every chunk's context [0, hi), concatenated, and the mask that lets a prompt token see its
+        own request's keys up to its own position (causal, block-diagonal across requests)."""
+        kslots, kreq, kpos, qreq, qpos = [], [], [], [], []
+        for n, (rid, lo, hi) in enumerate(chunks):
+            kslots += [(s.block, s.offset) for s in self.slots[rid][:hi]]
+            kreq += [n] * hi
+            kpos += range(hi)
+            qreq += [n] * (hi - lo)
+            qpos += range(lo, hi)
+        ctx = torch.tensor(kslots, dtype=torch.long).to(dev).T
+        k_meta = torch.tensor([kreq, kpos]).to(dev)
+        q_meta = torch.tensor([qreq, qpos]).to(dev)
+        mask = (k_meta[0][None, :] == q_meta[0][:, None]) & (k_meta[1][None, :] <= q_meta[1][:, None])
+        return ctx, mask
 
     def free(self, rid: int) -> None:
         self.manager.free(rid)

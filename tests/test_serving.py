@@ -225,8 +225,9 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
     r = bench.spec_decode(target, draft, [corpus[0, :8].tolist()], 6, 2)
     assert 0 <= r["acceptance"] <= 1 and r["tokens_per_target_call"] >= 1 and r["speedup"] > 0
     reqs = sch.trace(5, rate=0, seed=2, prompt_median=8, out_median=4, max_len=32, vocab=64)
-    res = bench.batching(target, reqs, 3, 64, 4)
+    res = bench.batching(target, reqs, 3, 64, 4, chunk=5)
     assert res["continuous"]["tokens"] == res["static"]["tokens"] == sum(q.max_new for q in reqs)
+    assert res["continuous, chunked prefill"]["tokens"] == res["static"]["tokens"]
     q = bench.quant_gemm(2, 64, 256, torch.bfloat16, "cpu")
     assert q["w4_quant_error"] > q["w8_quant_error"] > 0 and q["w8_config"] == (64, 128, 4, 3, 1)
     with pytest.raises(ValueError, match="split into 3 slices"):

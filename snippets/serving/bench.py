@@ -48,20 +48,24 @@ def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]
 
 
 # --8<-- [start:batching]
-def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_size: int = 16) -> dict:
-    """Continuous against static batching on one trace: the same tokens (checked), then each one's metrics."""
-    out = {}
-    runs = {}
-    for name, run in [("continuous", scheduler.run_continuous), ("static", scheduler.run_static)]:
+def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_size: int = 16,
+             chunk: int | None = None) -> dict:
+    """Continuous against static batching on one trace (and continuous with chunked prefill, `chunk` tokens per
+    step, if given): the same tokens (checked), then each one's metrics."""
+    runs = {"continuous": scheduler.run_continuous, "static": scheduler.run_static}
+    if chunk:
+        runs["continuous, chunked prefill"] = lambda e, r, b: scheduler.run_continuous(e, r, b, chunk=chunk)
+    out, recs = {}, {}
+    for name, run in runs.items():
         # warm up on the whole trace: Triton compiles a variant of the decode kernel for each batch shape
         # it first meets (integer arguments are specialised on divisibility by 16), which must not be timed
         run(scheduler.Engine(net, num_blocks, block_size), requests, max_batch)
-        rec, seconds = run(scheduler.Engine(net, num_blocks, block_size), requests, max_batch)
-        runs[name] = rec
-        out[name] = scheduler.metrics(rec, requests, seconds)
-    bad = [r.rid for r in requests if runs["continuous"][r.rid].tokens != runs["static"][r.rid].tokens]
-    if bad:
-        raise AssertionError(f"the schedulers disagree on requests {bad[:10]}")
+        recs[name], seconds = run(scheduler.Engine(net, num_blocks, block_size), requests, max_batch)
+        out[name] = scheduler.metrics(recs[name], requests, seconds)
+    for name in runs:
+        bad = [r.rid for r in requests if recs[name][r.rid].tokens != recs["static"][r.rid].tokens]
+        if bad:
+            raise AssertionError(f"{name} and static batching disagree on requests {bad[:10]}")
     out["throughput_ratio"] = out["continuous"]["tokens_per_s"] / out["static"]["tokens_per_s"]
     return out
 # --8<-- [end:batching]

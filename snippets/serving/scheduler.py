@@ -76,23 +76,31 @@ class Engine:
         idx = torch.tensor([(t, p, s.block, s.offset) for t, p, s in zip(toks, pos, slots)], dtype=torch.long)
         idx = idx.to(dev).T
         blocks, offsets = idx[2], idx[3]
-        if chunks:
-            ctx, mask = self._prompt_context(chunks, dev)
+        partial = [n for n, (_, lo, _) in enumerate(chunks) if lo > 0]  # later chunks of a chunked prompt
+        if partial:
+            ctx, mask = self._prompt_context([chunks[n] for n in partial], dev)
+            prow = torch.tensor([r for n in partial for r in range(*spans[n])], device=dev)
         if decodes:
             table, lengths = self._table([rid for rid, _ in decodes])
         x = net.emb[idx[0]] + net.pos[idx[1]]
+        sdpa = torch.nn.functional.scaled_dot_product_attention
         for i, layer in enumerate(net.layers):
             q, k, v = net._qkv(x, layer)
             self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
-            parts = []
-            if chunks:  # every prompt chunk of the step in one attention call, each over its own context
+            parts = {}
+            for n, (a, b) in enumerate(spans):  # a whole prompt: causal attention over its own keys
+                if n not in partial:
+                    parts[n] = sdpa(q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1),
+                                    is_causal=True, enable_gqa=True).transpose(0, 1)
+            if partial:  # all later chunks in one call, each over its context read back from the cache
                 kc, vc = self.k[i, ctx[0], ctx[1]], self.v[i, ctx[0], ctx[1]]
-                parts.append(torch.nn.functional.scaled_dot_product_attention(
-                    q[:first_decode].transpose(0, 1), kc.transpose(0, 1), vc.transpose(0, 1), attn_mask=mask,
-                    enable_gqa=True).transpose(0, 1))
+                out = sdpa(q[prow].transpose(0, 1), kc.transpose(0, 1), vc.transpose(0, 1), attn_mask=mask,
+                           enable_gqa=True).transpose(0, 1)
+                parts.update(zip(partial, out.split([spans[n][1] - spans[n][0] for n in partial])))
+            attn = [parts[n] for n in range(len(chunks))]
             if decodes:
-                parts.append(paged_decode(q[first_decode:], self.k[i], self.v[i], table, lengths, splits=1))
-            x = net._finish(x, torch.cat(parts) if len(parts) > 1 else parts[0], layer)
+                attn.append(paged_decode(q[first_decode:], self.k[i], self.v[i], table, lengths, splits=1))
+            x = net._finish(x, torch.cat(attn) if len(attn) > 1 else attn[0], layer)
         done = [(rid, b - 1) for (rid, lo, hi), (a, b) in zip(chunks, spans) if hi == len(self.manager.tokens[rid])]
         rows = [r for _, r in done] + list(range(first_decode, len(toks)))
         logits = torch.nn.functional.rms_norm(x[rows], (x.shape[-1],)) @ net.out
@@ -100,7 +108,7 @@ class Engine:
         return {rid: t for (rid, _), t in zip(done, out)}, out[len(done):]
 
     def _prompt_context(self, chunks, dev):
-        """Cache slots of every chunk's context [0, hi), concatenated, and the mask that lets a prompt token see its
+        """Cache slots of the chunks' contexts [0, hi), concatenated, and the mask that lets a prompt token see its
         own request's keys up to its own position (causal, block-diagonal across requests)."""
         kslots, kreq, kpos, qreq, qpos = [], [], [], [], []
         for n, (rid, lo, hi) in enumerate(chunks):

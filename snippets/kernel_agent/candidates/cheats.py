@@ -1,7 +1,7 @@
 """Cheating softmax candidates, each modelled on a reward hack seen in public, with the reason the harness
-must reject it for. Most keep the honest kernel and cheat in the wrapper, as the hacks did. Sources are the
-fact-check in shared/research (section 4): KernelBench's adversarial tests and static checker, the Sakana
-"AI CUDA Engineer" incident, Kevin-32B, CUDA-L1, robust-kbench, METR and GPU MODE's reference-kernels."""
+must reject it for. Most keep the honest kernel and cheat in the wrapper, as the hacks did. Sources:
+KernelBench's adversarial tests and static checker, the Sakana "AI CUDA Engineer" incident, Kevin-32B, CUDA-L1,
+robust-kbench, METR's task filtering and GPU MODE's reference-kernels (cited on the agent-kernels page)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

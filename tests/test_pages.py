@@ -92,6 +92,11 @@ def test_lab_marker_missing(docs):
     _fails(docs / "kernels/q.md", docs, "lab-cards")
 
 
+def test_snippet_included_outside_a_code_fence(docs):
+    _edit(docs / "kernels/q.md", "## 追问", '--8<-- "ceilings/bandwidth.py:copy"\n\n## 追问')
+    _fails(docs / "kernels/q.md", docs, "not inside a code fence")
+
+
 def test_code_typed_into_a_page(docs):
     _edit(docs / "kernels/q.md", "## 追问", "```python\nprint('untested')\n```\n\n## 追问")
     _fails(docs / "kernels/q.md", docs, "typed into the page")

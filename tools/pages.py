@@ -81,6 +81,9 @@ def check_body(body: str, lang: str, where: str) -> None:
                                           for ln in code.splitlines()):
             raise PageError(f"{where}: a ```{lang_tag} block holds code typed into the page; "
                             "include it from snippets/ with --8<-- so the tests run it")
+    for m in re.finditer(r'^--8<-- "([^"]+)"', outside_code, re.M):  # a snippet outside a fence renders as prose
+        if not m.group(1).split(":")[0].endswith(".md"):
+            raise PageError(f"{where}: {m.group(0)} is not inside a code fence; wrap it in ```python or ```cuda")
 
 
 def twin_of(src_uri: str) -> str:

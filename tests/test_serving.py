@@ -2,7 +2,12 @@
 test, several draft/target pairs including a bad draft, and a broken sampler that the same test must catch),
 greedy as the special case, the acceptance rate against its closed form; continuous and static batching
 produce the same tokens as plain generation, preemption included."""
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -234,3 +239,55 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
         from snippets.serving import quant
         w8, s8 = quant.quantize(torch.randn(8, 256), 8, 128)
         quant.wq_matmul(torch.randn(1, 256).bfloat16(), w8, s8, 8, 128, split_k=3)
+
+
+GEMV_SM90 = r"""
+import collections, json, os, re, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from snippets.serving import quant
+
+fn, out = quant._wq_gemv_kernel, []
+for bits, bn, bk, warps in json.loads(sys.argv[1]):
+    cfg = dict(GROUP=128, BITS=bits, BLOCK_M=1, BLOCK_N=bn, G_PER=bk // 128, GK=128)
+    ptrs = {"X": "*bf16", "Wq": "*i32", "S": "*fp32", "Y": "*fp32"}
+    sig, consts, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in cfg:
+            sig[name], consts[name] = "constexpr", cfg[name]
+        else:
+            sig[name] = ptrs.get(name, "i32")
+            if name != "ONE":
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    c = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    d = tempfile.mkdtemp()
+    open(os.path.join(d, "k.cubin"), "wb").write(c.asm["cubin"])
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    sass = subprocess.run([tool, "-sass", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True).stdout
+    code = [(int(a, 16), i) for a, i in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)]
+    back = [(int(t, 16), a) for a, i in code for t in re.findall(r"BRA\s.*?0x([0-9a-f]+)", i) if int(t, 16) < a]
+    lo, hi = max(back, key=lambda r: r[1] - r[0])  # the K loop: the longest backward branch
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
+    ttgir = c.asm["ttgir"]
+    out.append({"cfg": [bits, bn, bk, warps], "weights": bn * bk / (32 * warps), "ops": ops, "total": sum(ops.values()),
+                "converts_in_loop": ttgir[ttgir.find("scf.for"):ttgir.find("scf.yield")].count("convert_layout")})
+print(json.dumps(out))
+"""
+
+
+def test_gemv_compiles_for_sm90_to_a_lean_loop():
+    """The W4/W8 GEMV compiled for an H200 without one: per weight one LOP3 (the mask and 1.0's exponent
+    together), at least one FMA, no int-to-float conversion and no spills. The interpreter runs the same code
+    but would not see any of this."""
+    cases = [[4, 32, 512, 2], [8, 32, 256, 2]]  # the fastest configs of the H200 sweep
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
+                       env=env, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    for row in json.loads(r.stdout):
+        ops, weights = row["ops"], row["weights"]
+        assert ops.get("LOP3", 0) <= 1.1 * weights and ops.get("FFMA", 0) >= weights, row
+        assert not any(op in ops for op in ("I2F", "LDL", "STL")), row
+        # with the exponent as an immediate (two LOP3s per weight) the loop took 5.7 (W4) and 6.1 (W8) per weight
+        assert row["total"] <= {4: 5.0, 8: 5.5}[row["cfg"][0]] * weights, row

@@ -81,22 +81,24 @@ def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
 
 # --8<-- [start:gemv]
 @triton.jit
-def _unpack(words, j: tl.constexpr, BITS: tl.constexpr):
+def _unpack(words, j: tl.constexpr, BITS: tl.constexpr, ONE):
     """Field j of each int32 word as the float f = 1 + u / 2**BITS, u its unsigned value (int4: the stored
     value + 8; int8: the two's-complement byte + 128), by moving u into the mantissa under the exponent of 1.0:
-    a shift and one logic op per weight, no int-to-float conversion (those run at a quarter of the FMA rate)."""
+    a shift and one logic op per weight, no int-to-float conversion (those run at a quarter of the FMA rate).
+    ONE holds 1.0's bits (with the sign flip for int8) as a run-time value: in a register, it lets the mask and
+    the exponent go into one LOP3 (an instruction takes one immediate)."""
     shift: tl.constexpr = 23 - BITS - BITS * j  # bring field j to bits [23 - BITS, 23)
     field: tl.constexpr = ((1 << BITS) - 1) << (23 - BITS)
     moved = (words << shift) if shift >= 0 else (words >> -shift)
-    if BITS == 8:  # flip the sign bit: two's complement q + 128, under 1.0's exponent
-        bits = (moved & field) ^ (0x3F800000 | (0x80 << 15))
+    if BITS == 8:  # flip the sign bit: two's complement q + 128
+        bits = (moved & field) ^ ONE
     else:
-        bits = (moved & field) | 0x3F800000
+        bits = (moved & field) | ONE
     return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _wq_gemv_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, k_per_split,
+def _wq_gemv_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, k_per_split, ONE,
                     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     G_PER: tl.constexpr, GK: tl.constexpr):
     """Few rows of x (decode), on CUDA cores. The weights are read as int32 words (32 / BITS weights each) in
@@ -124,7 +126,7 @@ def _wq_gemv_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
             sx = tl.zeros([G_PER, KW], tl.float32)
             for j in tl.static_range(PER):  # field j of word w is column PER * w + j
                 x = tl.load(xrow + PER * kw + j, mask=m_ok, other=0.0).to(tl.float32)
-                fx += _unpack(words, j, BITS) * x[None, :, :]
+                fx += _unpack(words, j, BITS, ONE) * x[None, :, :]
                 sx += x
             part = (1 << BITS) * tl.sum(fx, 2) - 3 * (1 << (BITS - 1)) * tl.sum(sx, 1)[None, :]
             acc += tl.where(rows[:, None] == i, tl.sum(part * s, 1)[None, :], 0.0)
@@ -164,7 +166,8 @@ def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int,
     if gemv:
         args = (x, q.view(torch.int32), scales, y, m, n, k, x.stride(0), q.view(torch.int32).stride(0),
                 scales.stride(0), y.stride(1), y.stride(0), k // split_k)
-        _wq_gemv_kernel[grid](*args, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
+        one = 0x3F800000 | (0x400000 if bits == 8 else 0)  # 1.0, and the int8 sign flip at bit 22
+        _wq_gemv_kernel[grid](*args, one, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
                               G_PER=block_k // gk, GK=gk, num_warps=num_warps, num_stages=num_stages)
     else:
         _wq_gemm_kernel[grid](*args, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,

@@ -29,19 +29,6 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-_FLAG = (b'"published": true', b'"published": false')
-
-
-def matches(path: Path, recorded: str) -> bool:
-    """Is the file unchanged since it was hashed? For a notebook, publishing it (flipping kb.published) does not
-    change the lab, so the hash of the file with the flag the other way round also counts."""
-    data = Path(path).read_bytes()
-    variants = [data]
-    if Path(path).suffix == ".ipynb":
-        variants += [data.replace(_FLAG[0], _FLAG[1], 1), data.replace(_FLAG[1], _FLAG[0], 1)]
-    return any(hashlib.sha256(v).hexdigest() == recorded for v in variants)
-
-
 def read_notebook(path: Path) -> dict:
     try:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -161,7 +148,7 @@ def load_result(path: Path) -> Result:
     unlabelled = sorted(set(data["metrics"]) - set(data.get("labels", {})))
     if unlabelled:
         raise LabError(f"{rel(path)}: metrics without labels: {', '.join(unlabelled)}")
-    stale = [p for p, h in data["inputs"].items() if not (ROOT / p).is_file() or not matches(ROOT / p, h)]
+    stale = [p for p, h in data["inputs"].items() if not (ROOT / p).is_file() or sha256(ROOT / p) != h]
     return Result(Path(path), data, stale)
 
 

@@ -72,6 +72,27 @@ inline bool tma_compatible(const void* a, const void* b, const void* c, Problem 
   return p.m > 0 && p.n > 0 && p.k > 0 && p.k % 8 == 0 && p.n % 8 == 0 && aligned(a) && aligned(b) && aligned(c);
 }
 
+// What every step's launcher does first: check the operands, build the A and B tensor maps for a BM x BN
+// tile, and allow the kernel `smem` bytes of dynamic shared memory.
+template <class Kernel>
+inline cudaError_t prepare_launch(Kernel kernel, int smem, const void* a, const void* b, const void* c, Problem p,
+                                  int bm, int bn, CUtensorMap* tm_a, CUtensorMap* tm_b) {
+  if (!tma_compatible(a, b, c, p)) return cudaErrorInvalidValue;
+  cudaError_t err = make_tensor_map(tm_a, a, p.m, p.k, bm, BK, true);
+  if (err == cudaSuccess) err = make_tensor_map(tm_b, b, p.n, p.k, bn, BK, true);
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  return err;
+}
+
+// A persistent kernel's grid: one CTA per SM, or one per tile when there are fewer tiles.
+inline cudaError_t persistent_grid(int tiles, int* ctas) {
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  *ctas = tiles < sms ? tiles : sms;
+  return err;
+}
+
 // ------------------------------------------------------------------------------------------------
 // Device: shared memory, mbarriers
 // ------------------------------------------------------------------------------------------------

@@ -63,13 +63,9 @@ __global__ void __launch_bounds__(WARPGROUP) kernel(const __grid_constant__ CUte
 extern "C" cudaError_t hgemm_step1(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream) {
   using namespace hgemm;
   const Problem p{m, n, k};
-  if (!tma_compatible(a, b, c, p)) return cudaErrorInvalidValue;
-  CUtensorMap tm_a, tm_b;
-  cudaError_t err = make_tensor_map(&tm_a, a, m, k, step1::BM, BK, true);
-  if (err == cudaSuccess) err = make_tensor_map(&tm_b, b, n, k, step1::BN, BK, true);
-  if (err != cudaSuccess) return err;
   const int smem = smem_bytes<step1::Smem>();
-  err = cudaFuncSetAttribute(step1::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  CUtensorMap tm_a, tm_b;
+  const cudaError_t err = prepare_launch(step1::kernel, smem, a, b, c, p, step1::BM, step1::BN, &tm_a, &tm_b);
   if (err != cudaSuccess) return err;
   const dim3 grid((n + step1::BN - 1) / step1::BN, (m + step1::BM - 1) / step1::BM);
   step1::kernel<<<grid, WARPGROUP, smem, stream>>>(tm_a, tm_b, static_cast<__nv_bfloat16*>(c), p);

@@ -83,13 +83,9 @@ __global__ void __launch_bounds__(WARPGROUP) kernel(const __grid_constant__ CUte
 extern "C" cudaError_t hgemm_step2(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream) {
   using namespace hgemm;
   const Problem p{m, n, k};
-  if (!tma_compatible(a, b, c, p)) return cudaErrorInvalidValue;
-  CUtensorMap tm_a, tm_b;
-  cudaError_t err = make_tensor_map(&tm_a, a, m, k, step2::BM, BK, true);
-  if (err == cudaSuccess) err = make_tensor_map(&tm_b, b, n, k, step2::BN, BK, true);
-  if (err != cudaSuccess) return err;
   const int smem = smem_bytes<step2::Smem>();
-  err = cudaFuncSetAttribute(step2::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  CUtensorMap tm_a, tm_b;
+  const cudaError_t err = prepare_launch(step2::kernel, smem, a, b, c, p, step2::BM, step2::BN, &tm_a, &tm_b);
   if (err != cudaSuccess) return err;
   const dim3 grid((n + step2::BN - 1) / step2::BN, (m + step2::BM - 1) / step2::BM);
   step2::kernel<<<grid, WARPGROUP, smem, stream>>>(tm_a, tm_b, static_cast<__nv_bfloat16*>(c), p);

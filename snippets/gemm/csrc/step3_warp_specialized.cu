@@ -87,13 +87,9 @@ __global__ void __launch_bounds__(THREADS, 1) kernel(const __grid_constant__ CUt
 extern "C" cudaError_t hgemm_step3(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream) {
   using namespace hgemm;
   const Problem p{m, n, k};
-  if (!tma_compatible(a, b, c, p)) return cudaErrorInvalidValue;
-  CUtensorMap tm_a, tm_b;
-  cudaError_t err = make_tensor_map(&tm_a, a, m, k, step3::BM, BK, true);
-  if (err == cudaSuccess) err = make_tensor_map(&tm_b, b, n, k, step3::BN, BK, true);
-  if (err != cudaSuccess) return err;
   const int smem = smem_bytes<step3::Smem>();
-  err = cudaFuncSetAttribute(step3::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  CUtensorMap tm_a, tm_b;
+  const cudaError_t err = prepare_launch(step3::kernel, smem, a, b, c, p, step3::BM, step3::BN, &tm_a, &tm_b);
   if (err != cudaSuccess) return err;
   const dim3 grid((n + step3::BN - 1) / step3::BN, (m + step3::BM - 1) / step3::BM);
   step3::kernel<<<grid, step3::THREADS, smem, stream>>>(tm_a, tm_b, static_cast<__nv_bfloat16*>(c), p);

@@ -87,19 +87,13 @@ __global__ void __launch_bounds__(THREADS, 1) kernel(const __grid_constant__ CUt
 extern "C" cudaError_t hgemm_step4(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream) {
   using namespace hgemm;
   const Problem p{m, n, k};
-  if (!tma_compatible(a, b, c, p)) return cudaErrorInvalidValue;
-  CUtensorMap tm_a, tm_b;
-  cudaError_t err = make_tensor_map(&tm_a, a, m, k, step4::BM, BK, true);
-  if (err == cudaSuccess) err = make_tensor_map(&tm_b, b, n, k, step4::BN, BK, true);
-  if (err != cudaSuccess) return err;
-  int device = 0, sms = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int smem = smem_bytes<step4::Smem>();
-  err = cudaFuncSetAttribute(step4::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
+  CUtensorMap tm_a, tm_b;
+  cudaError_t err = prepare_launch(step4::kernel, smem, a, b, c, p, step4::BM, step4::BN, &tm_a, &tm_b);
   const int tiles = ((m + step4::BM - 1) / step4::BM) * ((n + step4::BN - 1) / step4::BN);
-  step4::kernel<<<tiles < sms ? tiles : sms, step4::THREADS, smem, stream>>>(tm_a, tm_b,
-                                                                           static_cast<__nv_bfloat16*>(c), p);
+  int ctas = 0;
+  if (err == cudaSuccess) err = persistent_grid(tiles, &ctas);
+  if (err != cudaSuccess) return err;
+  step4::kernel<<<ctas, step4::THREADS, smem, stream>>>(tm_a, tm_b, static_cast<__nv_bfloat16*>(c), p);
   return cudaGetLastError();
 }

@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(THREADS, 1) kernel(const __grid_constant__ CUt
       if (thread_in_wg == 0) {
         const int row = tile.m * BM + 64 * consumer;
 #pragma unroll
-        for (int box = 0; box < BN / C_BOX; ++box) tma_store_2d(&tm_c, s.c[consumer][box], tile.n * BN + box * C_BOX, row);
+        for (int box = 0; box < BN / C_BOX; ++box)
+          tma_store_2d(&tm_c, s.c[consumer][box], tile.n * BN + box * C_BOX, row);
         tma_store_commit();
       }
     }
@@ -127,19 +128,14 @@ __global__ void __launch_bounds__(THREADS, 1) kernel(const __grid_constant__ CUt
 extern "C" cudaError_t hgemm_step5(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream) {
   using namespace hgemm;
   const Problem p{m, n, k};
-  if (!tma_compatible(a, b, c, p)) return cudaErrorInvalidValue;
-  CUtensorMap tm_a, tm_b, tm_c;
-  cudaError_t err = make_tensor_map(&tm_a, a, m, k, step5::BM, BK, true);
-  if (err == cudaSuccess) err = make_tensor_map(&tm_b, b, n, k, step5::BN, BK, true);
-  if (err == cudaSuccess) err = make_tensor_map(&tm_c, c, m, n, 64, step5::C_BOX, true);
-  if (err != cudaSuccess) return err;
-  int device = 0, sms = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
   const int smem = smem_bytes<step5::Smem>();
-  err = cudaFuncSetAttribute(step5::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
+  CUtensorMap tm_a, tm_b, tm_c;
+  cudaError_t err = prepare_launch(step5::kernel, smem, a, b, c, p, step5::BM, step5::BN, &tm_a, &tm_b);
+  if (err == cudaSuccess) err = make_tensor_map(&tm_c, c, m, n, 64, step5::C_BOX, true);
   const int tiles = ((m + step5::BM - 1) / step5::BM) * ((n + step5::BN - 1) / step5::BN);
-  step5::kernel<<<tiles < sms ? tiles : sms, step5::THREADS, smem, stream>>>(tm_a, tm_b, tm_c, p);
+  int ctas = 0;
+  if (err == cudaSuccess) err = persistent_grid(tiles, &ctas);
+  if (err != cudaSuccess) return err;
+  step5::kernel<<<ctas, step5::THREADS, smem, stream>>>(tm_a, tm_b, tm_c, p);
   return cudaGetLastError();
 }

@@ -23,6 +23,23 @@ def mkdocs_build(config: Path, site_dir: Path, cwd: Path = ROOT) -> subprocess.C
                            "-d", str(site_dir)], cwd=cwd, capture_output=True, text=True)
 
 
+@pytest.fixture
+def host_check(tmp_path):
+    """build(name, source, include) -> path of a host executable compiled from a C++ check of a CUDA header
+    (skips the test when the machine has no C++ compiler)."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH to build a host check of a CUDA header")
+
+    def build(name: str, source: str, include: Path) -> Path:
+        src, exe = tmp_path / f"{name}.cpp", tmp_path / name
+        src.write_text(source)
+        subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(include), str(src),
+                        "-o", str(exe)], check=True, capture_output=True)
+        return exe
+    return build
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> Path:
     """The real site, built --strict from scratch (no notebook cache) into a temporary folder."""

@@ -249,22 +249,16 @@ def test_eager_baseline():
     assert rel(y, al.add_layernorm_ref(h, torch.zeros_like(h), w, b, dtype=torch.float64)[0]) < 1e-5
 
 
-def test_cuda_philox_header_matches_triton(tmp_path):
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no C++ compiler on PATH to build the host check of csrc/philox.cuh")
-    src = tmp_path / "philox_check.cpp"
-    src.write_text(
+def test_cuda_philox_header_matches_triton(host_check):
+    exe = host_check(
+        "philox_check",
         '#include <cstdio>\n#include <cstdlib>\n#include "philox.cuh"\n'
         "int main(int, char** argv) {\n"
         "  const unsigned long long seed = std::strtoull(argv[1], nullptr, 10);\n"
         "  const int rows = std::atoi(argv[2]), n = std::atoi(argv[3]);\n"
         "  for (int r = 0; r < rows; ++r)\n"
         "    for (int c = 0; c < n; ++c) std::printf(\"%.9g\\n\", fusion::dropout_uniform(seed, r, c));\n"
-        "}\n")
-    exe = tmp_path / "philox_check"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(alc.CSRC), str(src),
-                    "-o", str(exe)], check=True, capture_output=True)
+        "}\n", alc.CSRC)
     for seed, rows, n in [(0, 3, 9), (fresh_seed(), 4, 37), (2**40 + 7, 2, 16)]:
         out = subprocess.run([str(exe), str(seed), str(rows), str(n)], check=True, capture_output=True, text=True)
         host = np.array(out.stdout.split(), dtype=np.float32).reshape(rows, n)

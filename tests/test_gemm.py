@@ -2,7 +2,6 @@
 ptxas report (registers, spills, setmaxnreg honoured) and its SASS (HGMMA, UTMALDG, ...); the Triton GEMMs
 in the interpreter against an fp32 reference on fresh random inputs with poisoned outputs; the tile order
 (Python and the CUDA header built for the host) and the timeline model. Failures print their seeds."""
-import shutil
 import subprocess
 
 import pytest
@@ -156,20 +155,13 @@ def test_persistent_assignment_and_l2_footprint():
     assert rows_g * 256 + cols_g * 128 < rows_r * 256 + cols_r * 128  # fewer A + B blocks (sizes 128, 256 rows)
 
 
-def test_cuda_tile_order_matches_python(tmp_path):
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no C++ compiler on PATH to build the host check of csrc/tile_order.cuh")
-    src = tmp_path / "order.cpp"
-    src.write_text('#include <cstdio>\n#include <cstdlib>\n#include "tile_order.cuh"\n'
-                   "int main(int, char** argv) {\n"
-                   "  const int tm = std::atoi(argv[1]), tn = std::atoi(argv[2]), g = std::atoi(argv[3]);\n"
-                   "  for (int t = 0; t < tm * tn; ++t) {\n"
-                   "    const hgemm::TileCoord c = hgemm::grouped_tile(t, tm, tn, g);\n"
-                   '    std::printf("%d %d\\n", c.m, c.n);\n  }\n}\n')
-    exe = tmp_path / "order"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(hopper.CSRC), str(src),
-                    "-o", str(exe)], check=True, capture_output=True)
+def test_cuda_tile_order_matches_python(host_check):
+    exe = host_check("order", '#include <cstdio>\n#include <cstdlib>\n#include "tile_order.cuh"\n'
+                     "int main(int, char** argv) {\n"
+                     "  const int tm = std::atoi(argv[1]), tn = std::atoi(argv[2]), g = std::atoi(argv[3]);\n"
+                     "  for (int t = 0; t < tm * tn; ++t) {\n"
+                     "    const hgemm::TileCoord c = hgemm::grouped_tile(t, tm, tn, g);\n"
+                     '    std::printf("%d %d\\n", c.m, c.n);\n  }\n}\n', hopper.CSRC)
     for tm, tn, g in [(64, 32, 8), (7, 5, 3), (13, 11, 1)]:
         out = subprocess.run([str(exe), str(tm), str(tn), str(g)], check=True, capture_output=True, text=True)
         host = [tuple(map(int, line.split())) for line in out.stdout.splitlines()]

@@ -161,11 +161,10 @@ def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int,
     block_m = triton.next_power_of_2(m) if gemv else 16 if m <= 16 else 32 if m <= 32 else 64
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
     y = torch.empty((split_k, m, n), dtype=x.dtype if split_k == 1 else torch.float32, device=x.device)
-    args = (x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(1), y.stride(0),
+    w = q.view(torch.int32) if gemv else q  # the CUDA-core kernel reads whole 32-bit words
+    args = (x, w, scales, y, m, n, k, x.stride(0), w.stride(0), scales.stride(0), y.stride(1), y.stride(0),
             k // split_k)
     if gemv:
-        args = (x, q.view(torch.int32), scales, y, m, n, k, x.stride(0), q.view(torch.int32).stride(0),
-                scales.stride(0), y.stride(1), y.stride(0), k // split_k)
         one = 0x3F800000 | (0x400000 if bits == 8 else 0)  # 1.0, and the int8 sign flip at bit 22
         _wq_gemv_kernel[grid](*args, one, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
                               G_PER=block_k // gk, GK=gk, num_warps=num_warps, num_stages=num_stages)

@@ -31,15 +31,16 @@ def test_load_maxvio_switch_loss_and_bias_rule_by_hand():
     assert rt.update_bias(torch.zeros(4), counts, 0.1).tolist() == pytest.approx([-0.1, 0.0, 0.1, 0.1])
 
 
-def test_auxfree_balances_drift_better_than_aux_loss_at_equal_quality():
+def test_auxfree_balances_drift_better_than_aux_loss_at_a_small_cost_in_quality():
     seed = random.SystemRandom().randrange(2**31)
     runs = {m: rt.train_router(m, steps=300, batch=256, seed=seed, **kw)
             for m, kw in [("none", {}), ("aux", {"alpha": 0.1}), ("auxfree", {"gamma": 2e-3})]}
     last = {m: sum(r["maxvio"][-40:]) / 40 for m, r in runs.items()}
     quality = {m: sum(r["quality"][-40:]) / 40 for m, r in runs.items()}
-    # margins from 16 seeds: the ratio below was at most 0.66, the quality gap at least -0.05
+    # margins from 180 seeds: the ratio below was at most 0.55, the quality gap never below -0.09 (balancing a
+    # concentrated mix must send some tokens away from their own expert)
     assert last["auxfree"] < 0.8 * min(last["aux"], last["none"]), f"seed {seed}: {last}"
-    assert quality["auxfree"] > quality["aux"] - 0.08, f"seed {seed}: {quality}"
+    assert quality["auxfree"] > quality["aux"] - 0.12, f"seed {seed}: {quality}"
 
 
 def test_replay_removes_the_routing_mismatch():

@@ -159,3 +159,26 @@ def test_task_baselines_meet_their_own_tolerance():
             inputs = task.make_inputs(shape, gen, "shifted")
             ref = task.reference(*(t.double() for t in inputs))
             assert checks.compare(task.baseline(*inputs), ref, task.atol, task.rtol)[0] is None, (task.name, shape)
+
+
+def _sequential_fp32_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One rounding per product, as tl.dot in "ieee" precision accumulates on a GPU."""
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(a.shape[1]):
+        acc.addcmul_(a[:, k, None], b[None, k, :])
+    return acc
+
+
+def test_gemm_tolerance_admits_a_one_product_at_a_time_fp32_sum_and_rejects_tf32():
+    task = TASKS["gemm_bias_gelu"]
+    k = task.dims["full"]["K"][1]
+    gen = torch.Generator().manual_seed(1)
+    a, b = (torch.rand(shape, generator=gen, dtype=torch.float64) * 4 - 2 for shape in [(64, k), (k, 64)])
+    ref = a @ b
+    assert checks.compare(_sequential_fp32_gemm(a.float(), b.float()), ref, task.atol, task.rtol)[0] is None
+
+    def tf32(x):  # round to tf32's 10 mantissa bits, as tensor cores read fp32 operands by default
+        return ((x.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+    problem, _ = checks.compare(tf32(a.float()) @ tf32(b.float()), ref, task.atol, task.rtol)
+    assert problem is not None and problem.startswith(checks.LOW_PRECISION)

@@ -113,6 +113,20 @@ def build(step: int, verbose: bool = False):
     return _BUILT[step]
 
 
+def prebuild(steps=tuple(STEPS)) -> None:
+    """Compile several steps at once, one process each (a build is one nvcc and one g++ job, most of a minute);
+    build() then loads them from torch's extension cache on disk."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(len(steps), mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_compile, steps))
+
+
+def _compile(step: int) -> None:
+    build(step)
+
+
 def _empty(shape, dtype, device):  # every output is allocated here, so a test can poison them all
     import torch
     return torch.empty(shape, dtype=dtype, device=device)

@@ -85,8 +85,10 @@ def gemm_gelu_baseline(a, b, bias):  # cuBLAS GEMM, then bias and GELU as separa
 
 
 # Tolerances against an fp64 reference. bf16 rounds at 2**-8 ~ 4e-3 relative and tf32 at 2**-11 ~ 5e-4, so
-# rtol 1e-5 (1e-4 for the GEMM, whose fp32 sum over K rounds more) rejects a kernel that computes or stores in
-# either, while an fp32 kernel's error (~1e-7 per op) stays far below.
+# rtol 1e-5 rejects a kernel that computes or stores in either, while an fp32 kernel's error (~1e-7 per op)
+# stays far below. The GEMM's fp32 sum over K rounds at the size of the running sum: summed one product at a
+# time (tl.dot in "ieee" precision), K = 4096 of inputs up to |2| reaches ~1e-3 absolute, so its atol is 3e-3,
+# while tf32 inputs put the typical element's error near 1e-2 at that K (tests/test_kernel_agent.py).
 SOFTMAX = Task(
     name="softmax", reference=softmax_reference, baseline=softmax_baseline,
     arrays=lambda s: {"x": (s["M"], s["N"])},
@@ -110,7 +112,7 @@ GEMM_GELU = Task(
           "full": {"M": (1, 4096), "N": (1, 4096), "K": (1, 4096)}},
     example={"M": 32, "N": 32, "K": 32},
     bench={"smoke": {"M": 24, "N": 24, "K": 24}, "full": {"M": 4096, "N": 4096, "K": 1024}},
-    out_shape=lambda s: (s["M"], s["N"]), atol=1e-4, rtol=1e-4,
+    out_shape=lambda s: (s["M"], s["N"]), atol=3e-3, rtol=1e-4,
     banned_ops=frozenset({"gelu", "erf"}),
 )
 TASKS = {t.name: t for t in (SOFTMAX, ADD_RMSNORM, GEMM_GELU)}

@@ -144,7 +144,9 @@ def test_tma_grouped_gemm_matches_the_loop_in_the_interpreter(counts):
     k, n = 40, 24  # neither is a multiple of its block: the last K step and N block run past the ends
     x = torch.randn(sum(counts), k, generator=g).bfloat16()
     w = torch.randn(len(counts), k, n, generator=g).bfloat16()
-    y = grouped_mm_tma(x, w, counts, block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2)
     ref = gg.loop_mm(x.double(), w.double(), counts)
-    err = ((y.double() - ref).norm() / ref.norm()).item()
-    assert torch.isfinite(y).all() and err < 1e-2, f"seed {seed}: {err}"
+    for group_m in (1, 3, 8):  # row by row; groups that do and do not divide the row blocks
+        y = grouped_mm_tma(x, w, counts, block_m=16, block_n=16, block_k=16, num_warps=4, num_stages=2,
+                           group_m=group_m)
+        err = ((y.double() - ref).norm() / ref.norm()).item()
+        assert torch.isfinite(y).all() and err < 1e-2, f"seed {seed}, group_m {group_m}: {err}"

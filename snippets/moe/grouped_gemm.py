@@ -55,15 +55,21 @@ def plan(counts: list[int], block_m: int, device) -> tuple[torch.Tensor, torch.T
     return tuple(torch.tensor(v, dtype=torch.int32, device=device) for v in schedule(counts, block_m))
 
 
-def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int], block_m: int = 64, block_n: int = 128,
-               block_k: int = 64, num_warps: int = 4, num_stages: int = 3, tiles=None) -> torch.Tensor:
-    """Y [tokens, N] with Y[rows of expert e] = X[rows of expert e] @ W[e]; counts[e] tokens per expert, in order.
-    tiles: plan(counts, block_m, device), when the caller has it already."""
+def check_args(x: torch.Tensor, w: torch.Tensor, counts: list[int]) -> tuple[int, int, int]:
+    """(tokens, K, N), or a ValueError naming the shapes that disagree."""
     tokens, k = x.shape
     experts, k2, n = w.shape
     if k != k2 or len(counts) != experts or sum(counts) != tokens:
         raise ValueError(f"x {tuple(x.shape)}, w {tuple(w.shape)} and counts (sum {sum(counts)}, {len(counts)} "
                          f"experts) do not agree")
+    return tokens, k, n
+
+
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int], block_m: int = 64, block_n: int = 128,
+               block_k: int = 64, num_warps: int = 4, num_stages: int = 3, tiles=None) -> torch.Tensor:
+    """Y [tokens, N] with Y[rows of expert e] = X[rows of expert e] @ W[e]; counts[e] tokens per expert, in order.
+    tiles: plan(counts, block_m, device), when the caller has it already."""
+    tokens, k, n = check_args(x, w, counts)
     tile_e, tile_r, offs = tiles if tiles is not None else plan(counts, block_m, x.device)
     y = torch.empty((tokens, n), dtype=x.dtype, device=x.device)
     if tile_e.numel() == 0:

@@ -1,5 +1,6 @@
 """The grouped GEMM of grouped_gemm.py with its operands read by TMA (Hopper's tensor memory accelerator) through
-host-side tensor descriptors, and the tiles ordered so that the programs running together share their rows of X.
+host-side tensor descriptors, and the tiles visited in groups of GROUP_M row blocks, column by column, so that the
+programs running together share both their rows of X and their columns of W in L2 (GROUP_M = 1: row by row).
 A tile of X may run past its expert's last token into the next expert's rows: those rows are computed and never
 stored. Past the end of X or W, TMA fills zeros."""
 from __future__ import annotations
@@ -9,14 +10,16 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from snippets.moe.grouped_gemm import INTERPRETED, plan
+from snippets.gemm.triton_ws import _tile_coords  # (program, row blocks, column blocks, GROUP_M) -> (row, column)
+from snippets.moe.grouped_gemm import INTERPRETED, check_args, plan
 
 
 # --8<-- [start:kernel]
 @triton.jit
-def _grouped_tma_kernel(XD, WD, Y, TileExpert, TileRow, Offs, N, K, stride_ym,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_FP32: tl.constexpr):
-    pid_n, tile = tl.program_id(0), tl.program_id(1)  # consecutive programs: the same rows, the next columns
+def _grouped_tma_kernel(XD, WD, Y, TileExpert, TileRow, Offs, ROW_TILES, N, K, stride_ym,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                        DOT_FP32: tl.constexpr):
+    tile, pid_n = _tile_coords(tl.program_id(0), ROW_TILES, tl.cdiv(N, BLOCK_N), GROUP_M)
     e = tl.load(TileExpert + tile)
     row0 = tl.load(TileRow + tile)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -34,14 +37,12 @@ def _grouped_tma_kernel(XD, WD, Y, TileExpert, TileRow, Offs, N, K, stride_ym,
 
 
 def grouped_mm_tma(x: torch.Tensor, w: torch.Tensor, counts: list[int], block_m: int = 128, block_n: int = 128,
-                   block_k: int = 64, num_warps: int = 8, num_stages: int = 4, tiles=None) -> torch.Tensor:
+                   block_k: int = 64, num_warps: int = 8, num_stages: int = 4, group_m: int = 8,
+                   tiles=None) -> torch.Tensor:
     """As grouped_gemm.grouped_mm (X [tokens, K] sorted by expert, W [experts, K, N]); needs TMA on a GPU
     (compute capability 9.0 or newer), or Triton's interpreter."""
-    tokens, k = x.shape
-    experts, k2, n = w.shape
-    if k != k2 or len(counts) != experts or sum(counts) != tokens:
-        raise ValueError(f"x {tuple(x.shape)}, w {tuple(w.shape)} and counts (sum {sum(counts)}, {len(counts)} "
-                         f"experts) do not agree")
+    tokens, k, n = check_args(x, w, counts)
+    experts = w.shape[0]
     tile_e, tile_r, offs = tiles if tiles is not None else plan(counts, block_m, x.device)
     y = torch.empty((tokens, n), dtype=x.dtype, device=x.device)
     if tile_e.numel() == 0:
@@ -49,7 +50,8 @@ def grouped_mm_tma(x: torch.Tensor, w: torch.Tensor, counts: list[int], block_m:
     x, w = x.contiguous(), w.contiguous()
     xd = TensorDescriptor.from_tensor(x, [block_m, block_k])
     wd = TensorDescriptor.from_tensor(w.view(experts * k, n), [block_k, block_n])
-    grid = (triton.cdiv(n, block_n), tile_e.numel())
-    _grouped_tma_kernel[grid](xd, wd, y, tile_e, tile_r, offs, n, k, y.stride(0), BLOCK_M=block_m, BLOCK_N=block_n,
-                              BLOCK_K=block_k, DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    grid = (tile_e.numel() * triton.cdiv(n, block_n),)
+    _grouped_tma_kernel[grid](xd, wd, y, tile_e, tile_r, offs, tile_e.numel(), n, k, y.stride(0), BLOCK_M=block_m,
+                              BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, DOT_FP32=INTERPRETED,
+                              num_warps=num_warps, num_stages=num_stages)
     return y

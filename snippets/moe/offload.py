@@ -26,8 +26,8 @@ class OffloadedMoE:
             return w.pin_memory() if pin else w
         self.host = [[(host(dim, ffn), host(ffn, dim)) for _ in range(experts)] for _ in range(layers)]
         # two layers' worth of GPU slots: layer l computes from slots[l % 2] while l + 1 fills the other
-        self.slots = [[(torch.empty(dim, ffn, dtype=dtype, device=device), torch.empty(ffn, dim, dtype=dtype, device=device))
-                       for _ in range(experts)] for _ in range(2)]
+        slot = lambda rows, cols: torch.empty(rows, cols, dtype=dtype, device=device)  # noqa: E731
+        self.slots = [[(slot(dim, ffn), slot(ffn, dim)) for _ in range(experts)] for _ in range(2)]
         self.resident = None
         self.expert_bytes = 2 * dim * ffn * torch.empty((), dtype=dtype).element_size()
 
@@ -123,7 +123,7 @@ def compare(model: OffloadedMoE, tokens: int, reps: int = 5, seed: int = 0) -> d
             raise AssertionError(f"{mode}: output differs from the all-resident model's")
         times = sorted(times[1:])
         copied = stats["copied"] + stats["prefetched"]
-        out[mode] = {"ms": 1e3 * times[len(times) // 2], "experts_copied": copied,
-                     "hit_rate": stats["hits"] / max(stats["hits"] + stats["copied"], 1) if mode == "prefetch" else None,
+        hit_rate = stats["hits"] / max(stats["hits"] + stats["copied"], 1) if mode == "prefetch" else None
+        out[mode] = {"ms": 1e3 * times[len(times) // 2], "experts_copied": copied, "hit_rate": hit_rate,
                      "gb_copied": copied * model.expert_bytes / 1e9}
     return out

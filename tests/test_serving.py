@@ -291,3 +291,21 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
         assert not any(op in ops for op in ("I2F", "LDL", "STL")), row
         # with the exponent as an immediate (two LOP3s per weight) the loop took 5.7 (W4) and 6.1 (W8) per weight
         assert row["total"] <= {4: 5.0, 8: 5.5}[row["cfg"][0]] * weights, row
+
+
+@pytest.mark.parametrize("kind", ["causal", "mask"])
+def test_engine_attention_takes_a_fused_kernel_and_matches_gqa(kind):
+    from torch.profiler import ProfilerActivity, profile
+
+    from snippets.serving.scheduler import _attend
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(12, h, 16, generator=g) for h in (4, 2, 2))
+    kw = {"is_causal": True} if kind == "causal" else {"attn_mask": torch.rand(12, 12, generator=g) > 0.3}
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = _attend(q, k, v, **kw)
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::scaled_dot_product_attention" in ops and "aten::_scaled_dot_product_attention_math" not in ops, ops
+    ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(0, 1) for t in (q, k, v)), enable_gqa=True,
+                                                           **kw).transpose(0, 1)
+    torch.testing.assert_close(out, ref)

@@ -46,13 +46,13 @@ def test_every_honest_candidate_is_accepted(honest_reports, i):
 def test_faults_end_the_worker_not_the_harness():
     """Crash (illegal address), hang and memory hog run side by side; each is reported with its verdict
     within its limit, and the harness evaluates an honest candidate afterwards."""
-    settings = Settings(limits=Limits(call_s=3, memory_gb=1))
+    settings = Settings(limits=Limits(call_s=6, memory_gb=1))  # room for the hog on a loaded 2-core machine
     jobs = [(SOFTMAX, name, src) for name, (src, _) in FAULTS.items()]
     reports = evaluate_many(jobs, workers=3, settings=settings)
     for report, (name, (_, verdict)) in zip(reports, FAULTS.items()):
         assert report.verdict == verdict, report.summary()
         assert report.reason.startswith(verdict.replace("timeout", "timed out")), report.reason
-        assert report.seconds < 3 + 5, f"{name}: {report.seconds:.1f} s"
+        assert report.seconds < 6 + 6, f"{name}: {report.seconds:.1f} s"
     assert "SIGSEGV" in reports[0].reason
     assert evaluate(SOFTMAX, softmax.FUSED, settings=settings).correct
 

@@ -317,3 +317,17 @@ def test_engine_attention_takes_a_fused_kernel_and_matches_gqa(kind):
     ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(0, 1) for t in (q, k, v)), enable_gqa=True,
                                                            **kw).transpose(0, 1)
     torch.testing.assert_close(out, ref)
+
+
+def test_step_bound_counts_the_steps_of_each_scheduler():
+    from snippets.serving.scheduler import Request, step_bound
+
+    same = [Request(i, 0.0, [1], 5) for i in range(4)]
+    assert step_bound(same, 4, 0.01)["ratio"] == pytest.approx(1.0)  # one full batch of equal requests: no gain
+    # max batch 2, lengths 4, 1, 1, 1: static runs [4, 1] for 4 steps, then [1, 1] for 1; continuous refills the
+    # short request's slot every step and is done after 4
+    mixed = [Request(i, 0.0, [1], n) for i, n in enumerate([4, 1, 1, 1])]
+    r = step_bound(mixed, 2, 0.5)
+    assert (r["static_s"], r["continuous_s"], r["ratio"]) == (2.5, 2.0, 1.25)
+    late = [Request(0, 0.0, [1], 2), Request(1, 10.0, [1], 2)]  # idle until the second arrives
+    assert step_bound(late, 2, 1.0)["continuous_s"] == step_bound(late, 2, 1.0)["static_s"] == 12.0

@@ -156,6 +156,10 @@ def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k,
     ys = [quant.wq_matmul(x, q, s, bits, group, block_k=min(128, group), split_k=sk) for sk in splits]
     if m <= quant.GEMV_MAX_ROWS:  # the CUDA-core kernel: a K step of two scale groups, and a narrow N tile
         ys.append(quant.wq_matmul(x, q, s, bits, group, block_n=16, block_k=2 * group, num_warps=2))
+        ys.append(quant.wq_matmul(x, q, s, bits, group, block_k=min(128, group), gemv=False))  # tensor cores
+    else:
+        with pytest.raises(ValueError, match="CUDA-core kernel takes up to"):
+            quant.wq_matmul(x, q, s, bits, group, gemv=True)
     y = ys[-1]
     err = max(((t.float() - ref).norm() / ref.norm()).item() for t in ys)
     # bf16 keeps 8 bits of mantissa, and Triton's interpreter truncates where the GPU rounds: a few 1e-3
@@ -229,12 +233,16 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
     lm.train(draft, corpus, 10, batch=16, teacher=target)
     r = bench.spec_decode(target, draft, [corpus[0, :8].tolist()], 6, 2)
     assert 0 <= r["acceptance"] <= 1 and r["tokens_per_target_call"] >= 1 and r["speedup"] > 0
+    r2 = bench.spec_decode(target, draft, [corpus[0, :8].tolist()], 6, 2, temperature=1.0, reps=2)
+    assert 0 <= r2["acceptance"] <= 1 and r2["speedup"] > 0
     reqs = sch.trace(5, rate=0, seed=2, prompt_median=8, out_median=4, max_len=32, vocab=64)
     res = bench.batching(target, reqs, 3, 64, 4, chunk=5)
     assert res["continuous"]["tokens"] == res["static"]["tokens"] == sum(q.max_new for q in reqs)
     assert res["continuous, chunked prefill"]["tokens"] == res["static"]["tokens"]
     q = bench.quant_gemm(2, 64, 256, torch.bfloat16, "cpu")
-    assert q["w4_quant_error"] > q["w8_quant_error"] > 0 and q["w8_config"] == (64, 128, 4, 3, 1)
+    assert q["w4_quant_error"] > q["w8_quant_error"] > 0 and q["w8_config"] == ("mma", 64, 128, 4, 3, 1)
+    q = bench.quant_gemm(8, 64, 256, torch.bfloat16, "cpu", configs=[("gemv", 16, 256, 2, 1, 1), ("mma", 32, 128, 4, 2, 1)])
+    assert q["w8_config"] == q["w4_config"] == ("mma", 32, 128, 4, 2, 1)  # 8 rows: the CUDA-core one is not tried
     with pytest.raises(ValueError, match="split into 3 slices"):
         from snippets.serving import quant
         w8, s8 = quant.quantize(torch.randn(8, 256), 8, 128)
@@ -309,3 +317,17 @@ def test_engine_attention_takes_a_fused_kernel_and_matches_gqa(kind):
     ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(0, 1) for t in (q, k, v)), enable_gqa=True,
                                                            **kw).transpose(0, 1)
     torch.testing.assert_close(out, ref)
+
+
+def test_step_bound_counts_the_steps_of_each_scheduler():
+    from snippets.serving.scheduler import Request, step_bound
+
+    same = [Request(i, 0.0, [1], 5) for i in range(4)]
+    assert step_bound(same, 4, 0.01)["ratio"] == pytest.approx(1.0)  # one full batch of equal requests: no gain
+    # max batch 2, lengths 4, 1, 1, 1: static runs [4, 1] for 4 steps, then [1, 1] for 1; continuous refills the
+    # short request's slot every step and is done after 4
+    mixed = [Request(i, 0.0, [1], n) for i, n in enumerate([4, 1, 1, 1])]
+    r = step_bound(mixed, 2, 0.5)
+    assert (r["static_s"], r["continuous_s"], r["ratio"]) == (2.5, 2.0, 1.25)
+    late = [Request(0, 0.0, [1], 2), Request(1, 10.0, [1], 2)]  # idle until the second arrives
+    assert step_bound(late, 2, 1.0)["continuous_s"] == step_bound(late, 2, 1.0)["static_s"] == 12.0

@@ -3,6 +3,7 @@ tiny decoder end to end (host overhead included, as a serving loop has it); the 
 are timed as CUDA graph replays (snippets.paged_kv.bench.graphed) with the L2 flushed."""
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -21,26 +22,29 @@ def _sync(device):
 
 # --8<-- [start:spec]
 def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]], n: int, k: int,
-                temperature: float = 0.0, seed: int = 0) -> dict:
-    """Speculative against plain decoding over the same prompts: wall time, acceptance rate, tokens per target
-    call. Greedy (temperature 0) must give plain decoding's tokens exactly; that is checked."""
+                temperature: float = 0.0, seed: int = 0, reps: int = 1) -> dict:
+    """Speculative against plain decoding over the same prompts: wall time (the median of `reps` runs of each,
+    taken in turns, so a drift in clocks or host load reaches both), acceptance rate, tokens per target call.
+    Greedy (temperature 0) must give plain decoding's tokens exactly; that is checked."""
     device = target.emb.device
     tm, dm = lm.as_model(target, temperature=temperature), lm.as_model(draft, temperature=temperature)
-    stats = sp.Stats()
-    g = torch.Generator().manual_seed(seed)
-    _sync(device)
-    t0 = time.perf_counter()
-    spec = [sp.generate(tm, dm, p, n, k, g, stats) for p in prompts]
-    _sync(device)
-    t_spec = time.perf_counter() - t0
-    g = torch.Generator().manual_seed(seed)
-    t0 = time.perf_counter()
-    plain = [sp.sample_plain(tm, p, n, g) for p in prompts]
-    _sync(device)
-    t_plain = time.perf_counter() - t0
-    if temperature == 0 and spec != plain:
-        raise AssertionError(f"greedy speculative decoding changed the tokens (k={k})")
-    tokens = n * len(prompts)
+    t_spec, t_plain = [], []
+    for _ in range(reps):
+        stats = sp.Stats()  # each run draws the same tokens from the same seed: the last run's counts stand
+        g = torch.Generator().manual_seed(seed)
+        _sync(device)
+        t0 = time.perf_counter()
+        spec = [sp.generate(tm, dm, p, n, k, g, stats) for p in prompts]
+        _sync(device)
+        t_spec.append(time.perf_counter() - t0)
+        g = torch.Generator().manual_seed(seed)
+        t0 = time.perf_counter()
+        plain = [sp.sample_plain(tm, p, n, g) for p in prompts]
+        _sync(device)
+        t_plain.append(time.perf_counter() - t0)
+        if temperature == 0 and spec != plain:
+            raise AssertionError(f"greedy speculative decoding changed the tokens (k={k})")
+    t_spec, t_plain, tokens = statistics.median(t_spec), statistics.median(t_plain), n * len(prompts)
     return {"k": k, "temperature": temperature, "acceptance": stats.acceptance_rate,
             "tokens_per_target_call": tokens / stats.target_calls, "speedup": t_plain / t_spec,
             "ms_per_token_plain": 1e3 * t_plain / tokens, "ms_per_token_spec": 1e3 * t_spec / tokens}
@@ -72,30 +76,33 @@ def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_
 
 
 # --8<-- [start:quant]
-def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128, configs=((64, 128, 4, 3, 1),)) -> dict:
-    """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16 (best of `configs`: block_n, block_k,
-    warps, stages, split_k). The kernel error (against dequantise-then-matmul) and the quantisation error are
-    apart."""
+def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
+               configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
+    """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`: (kernel,
+    block_n, block_k, warps, stages, split_k), kernel "gemv" (CUDA cores, up to quant.GEMV_MAX_ROWS rows; skipped
+    above) or "mma" (tensor cores). The kernel error (against dequantise-then-matmul) and the quantisation error
+    are apart."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
     wd = w.to(dtype)
     dense = graphed(lambda: x @ wd.T, device)
     out = {"m": m, "dense_ms": bench_ms(dense, device)}
+    configs = [c for c in configs if c[0] == "mma" or m <= quant.GEMV_MAX_ROWS]
     for bits in (8, 4):
         q, s = quant.quantize(w, bits, group)
         deq = quant.dequantize(q, s, bits, group)
         ref = x.float() @ deq.to(dtype).float().T
         best = None
-        for cfg in configs:
-            run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg), device)
+        for kind, *cfg in configs:
+            run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg, gemv=kind == "gemv"), device)
             y = run()
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
-                raise AssertionError(f"W{bits}A16 m={m} config {cfg}: kernel error {err:.3g}")
+                raise AssertionError(f"W{bits}A16 m={m} config {(kind, *cfg)}: kernel error {err:.3g}")
             ms = bench_ms(run, device)
             if best is None or ms < best[0]:
-                best = (ms, cfg)
+                best = (ms, (kind, *cfg))
         out[f"w{bits}_ms"], out[f"w{bits}_config"] = best
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()

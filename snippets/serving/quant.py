@@ -137,18 +137,22 @@ def _wq_gemv_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
 
 
 # --8<-- [start:launch]
-GEMV_MAX_ROWS = 4  # up to this many rows of x, the CUDA-core kernel; more, the tensor-core one
+GEMV_MAX_ROWS = 4  # up to this many rows of x, the CUDA-core kernel by default; more, the tensor-core one
 
 
 def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128,
               block_n: int = 64, block_k: int = 128, num_warps: int = 4, num_stages: int = 3,
-              split_k: int = 1) -> torch.Tensor:
+              split_k: int = 1, gemv: bool | None = None) -> torch.Tensor:
     """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype. block_k is the K step of
     one iteration. split_k > 1 divides K among that many programs per output tile (fp32 partials, then one sum):
-    at batch 1 an 8192-wide layer has only N / block_n tiles, too few to keep every SM reading weights."""
+    at batch 1 an 8192-wide layer has only N / block_n tiles, too few to keep every SM reading weights.
+    gemv: the CUDA-core kernel (True, up to GEMV_MAX_ROWS rows) or the tensor-core one (False); None picks by M."""
     m, k = x.shape
     n = q.shape[0]
-    gemv = m <= GEMV_MAX_ROWS
+    if gemv is None:
+        gemv = m <= GEMV_MAX_ROWS
+    elif gemv and m > GEMV_MAX_ROWS:
+        raise ValueError(f"the CUDA-core kernel takes up to {GEMV_MAX_ROWS} rows of x, not {m}")
     if not gemv:
         block_k = min(block_k, group)
     gk = min(block_k, group)

@@ -182,3 +182,37 @@ def test_gemm_tolerance_admits_a_one_product_at_a_time_fp32_sum_and_rejects_tf32
 
     problem, _ = checks.compare(tf32(a.float()) @ tf32(b.float()), ref, task.atol, task.rtol)
     assert problem is not None and problem.startswith(checks.LOW_PRECISION)
+
+
+NCU_CSV = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
+==PROF== Profiling "softmax_kernel" - 0: 0%....50%....100% - 9 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3.12","127.0.0.1","softmax_kernel","1","7","(128, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","86.41"
+"0","4242","python3.12","127.0.0.1","softmax_kernel","1","7","(128, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1,234,560"
+"0","4242","python3.12","127.0.0.1","softmax_kernel","1","7","(128, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","sm__throughput.avg.pct_of_peak_sustained_elapsed","%","23.10"
+==PROF== Disconnected from process 4242
+'''
+
+
+def test_ncu_csv_is_parsed_and_bad_output_named():
+    from snippets.kernel_agent import profile
+
+    assert profile.parse(NCU_CSV) == {"softmax_kernel": {"dram_pct": 86.41, "time_ns": 1234560.0, "sm_pct": 23.1}}
+    with pytest.raises(profile.ProfileError, match="no metrics table"):
+        profile.parse("==PROF== ERROR: ERR_NVGPUCTRPERM - no permission to access GPU performance counters")
+    with pytest.raises(profile.ProfileError, match="not a number"):
+        profile.parse(NCU_CSV.replace('"86.41"', '"n/a"'))
+    cmd = profile.command("softmax", "/tmp/c.py")
+    assert cmd[0] == "ncu" and "--csv" in cmd and cmd[-3:] == ["snippets.kernel_agent.profile", "softmax", "/tmp/c.py"]
+
+
+def test_loop_feedback_carries_ncu_metrics_or_says_why_not():
+    from snippets.kernel_agent import profile
+    from snippets.kernel_agent.loop import add_profile
+
+    report = Report("softmax", "round 1", verdict="accepted")
+    add_profile(report, SOFTMAX, softmax.FUSED, device="cpu")
+    assert report.profile == {} and report.profile_note == "ncu: not run (ncu needs a GPU)"
+    assert "ncu: not run" in report.summary()
+    report = Report("softmax", "round 1", verdict="accepted", profile=profile.parse(NCU_CSV))
+    assert "ncu, softmax_kernel: dram_pct 86.41, time_ns 1.235e+06, sm_pct 23.1" in report.summary()

@@ -54,6 +54,8 @@ class Report:
     speedup: float | None = None
     timing: str = ""
     resources: dict = field(default_factory=dict)
+    profile: dict = field(default_factory=dict)  # ncu metrics per kernel at the timing shape (the loop adds them)
+    profile_note: str = ""  # why there are none, when there are none
     trials: int = 0
     seconds: float = 0.0
     suspicious: bool = False
@@ -72,6 +74,10 @@ class Report:
                          f"speedup {self.speedup:.3g}x ({self.timing})")
         if self.resources:
             lines.append(f"compiled kernels: {self.resources}")
+        for kernel, metrics in self.profile.items():
+            lines.append(f"ncu, {kernel}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+        if self.profile_note:
+            lines.append(self.profile_note)
         return "\n".join(lines)
 
 

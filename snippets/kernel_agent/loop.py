@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from snippets.kernel_agent.harness import Report, evaluate
+from snippets.kernel_agent import profile
+from snippets.kernel_agent.harness import DEVICE, Report, evaluate
 from snippets.kernel_agent.spec import Task, describe
 
 
@@ -69,8 +70,9 @@ class LoopResult:
 
 # --8<-- [start:loop]
 def run_loop(task: Task, proposer: Proposer, target: float = 1.5, budget: int = 5,
-             judge: Callable[..., Report] = evaluate, **kw) -> LoopResult:
-    """Iterate until a correct candidate is at least `target` times faster than eager, or `budget` rounds."""
+             judge: Callable[..., Report] = evaluate, ncu: bool = True, **kw) -> LoopResult:
+    """Iterate until a correct candidate is at least `target` times faster than eager, or `budget` rounds.
+    ncu: add Nsight Compute metrics of each accepted candidate to its report, where ncu is available."""
     result, feedback = LoopResult(), None
     for i in range(1, budget + 1):
         source = proposer.propose(task, feedback)
@@ -78,6 +80,8 @@ def run_loop(task: Task, proposer: Proposer, target: float = 1.5, budget: int = 
             result.stopped = "proposer has nothing more"
             return result
         report = judge(task, source, name=f"round {i}", **kw)
+        if ncu and report.correct:
+            add_profile(report, task, source)
         result.history.append(report)
         if report.correct and (result.best is None or report.speedup > result.best.speedup):
             result.best = report
@@ -87,4 +91,16 @@ def run_loop(task: Task, proposer: Proposer, target: float = 1.5, budget: int = 
         feedback = Feedback(i, report, result.best)
     result.stopped = f"budget of {budget} rounds spent"
     return result
+
+
+def add_profile(report: Report, task: Task, source: str, device: str = DEVICE) -> None:
+    """ncu's metrics into the report, or the reason there are none: never silently nothing."""
+    reason = profile.unavailable(device)
+    if reason:
+        report.profile_note = f"ncu: not run ({reason})"
+        return
+    try:
+        report.profile = profile.profile(task.name, source)
+    except profile.ProfileError as e:
+        report.profile_note = f"ncu: failed ({e})"
 # --8<-- [end:loop]

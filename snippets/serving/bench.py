@@ -78,10 +78,11 @@ def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_
 # --8<-- [start:quant]
 def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
-    """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`: (kernel,
-    block_n, block_k, warps, stages, split_k), kernel "gemv" (CUDA cores, up to quant.GEMV_MAX_ROWS rows; skipped
-    above) or "mma" (tensor cores). The kernel error (against dequantise-then-matmul) and the quantisation error
-    are apart."""
+    """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
+    ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
+    skipped above), or ("mma", block_n, block_k, warps, stages, split_k), the tensor-core one. The kernel error
+    (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also the bound:
+    the fastest time to only read the packed weights on the same grids."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
@@ -91,11 +92,15 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     configs = [c for c in configs if c[0] == "mma" or m <= quant.GEMV_MAX_ROWS]
     for bits in (8, 4):
         q, s = quant.quantize(w, bits, group)
+        p = quant.pack_gemv(q, s, bits, group) if any(c[0] == "gemv" for c in configs) else None
         deq = quant.dequantize(q, s, bits, group)
         ref = x.float() @ deq.to(dtype).float().T
-        best = None
+        best, read = None, None
         for kind, *cfg in configs:
-            run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg, gemv=kind == "gemv"), device)
+            if kind == "gemv":
+                run = graphed(lambda: quant.wq_gemv(x, p, *cfg), device)
+            else:
+                run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg), device)
             y = run()
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
@@ -103,8 +108,13 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
             ms = bench_ms(run, device)
             if best is None or ms < best[0]:
                 best = (ms, (kind, *cfg))
+            if kind == "gemv":
+                ms = bench_ms(graphed(lambda: quant.read_words(p, k, *cfg[:4]), device), device)
+                read = ms if read is None else min(read, ms)
         out[f"w{bits}_ms"], out[f"w{bits}_config"] = best
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
+        if read is not None:
+            out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
     return out
 # --8<-- [end:quant]

@@ -1,12 +1,14 @@
 """Weight-only quantisation for decode: W8A16 (int8, one scale per output channel and group) and W4A16 (int4
-packed two to a byte, one scale per output channel and group of 128 along K), and a Triton GEMM that
-dequantises the weight tile in registers before the tensor-core dot. It saves memory traffic (weights are
-read in 8 or 4 bits), not arithmetic: the multiply still runs in bf16/fp16.
+packed two to a byte, one scale per output channel and group of 128 along K), and two Triton kernels that
+dequantise in registers: a GEMM that feeds the tensor cores, and a GEMV for a few rows (decode) on CUDA cores,
+with its weights transposed once at load time and a one-kernel split-K. They save memory traffic (weights are
+read in 8 or 4 bits), not arithmetic: the multiply still runs in 16 or 32 bits.
 
 Weights are [N, K] like nn.Linear's; y = x @ W.T with x [M, K]."""
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -81,99 +83,179 @@ def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
 
 # --8<-- [start:gemv]
 @triton.jit
-def _unpack(words, j: tl.constexpr, BITS: tl.constexpr, ONE):
-    """Field j of each int32 word as the float f = 1 + u / 2**BITS, u its unsigned value (int4: the stored
-    value + 8; int8: the two's-complement byte + 128), by moving u into the mantissa under the exponent of 1.0:
-    a shift and one logic op per weight, no int-to-float conversion (those run at a quarter of the FMA rate).
-    ONE holds 1.0's bits (with the sign flip for int8) as a run-time value: in a register, it lets the mask and
-    the exponent go into one LOP3 (an instruction takes one immediate)."""
-    shift: tl.constexpr = 23 - BITS - BITS * j  # bring field j to bits [23 - BITS, 23)
+def _unpack(words, j, BITS: tl.constexpr, ONE):
+    """Fields j of int32 words (j a tensor of field indices, broadcast against words) as the floats
+    f = 1 + u / 2**BITS, u the field's unsigned value (int4: the stored value + 8; int8: the two's-complement byte
+    + 128), by moving u into the mantissa under the exponent of 1.0: shifts and one logic op per weight, no
+    int-to-float conversion (those run at a quarter of the FMA rate). j is a constant in each register (the fields
+    of a word stay in one thread), so the two shifts fold into one. ONE holds 1.0's bits (with the sign flip for
+    int8) as a run-time value: in a register, it lets the mask and the exponent go into one LOP3 (an instruction
+    takes one immediate)."""
     field: tl.constexpr = ((1 << BITS) - 1) << (23 - BITS)
-    moved = (words << shift) if shift >= 0 else (words >> -shift)
+    bits = ((words >> (j * BITS)) << (23 - BITS)) & field  # arithmetic >> is fine: the mask drops the sign copies
     if BITS == 8:  # flip the sign bit: two's complement q + 128
-        bits = (moved & field) ^ ONE
+        bits = bits ^ ONE
     else:
-        bits = (moved & field) | ONE
+        bits = bits | ONE
     return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _wq_gemv_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, k_per_split, ONE,
-                    GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    G_PER: tl.constexpr, GK: tl.constexpr):
-    """Few rows of x (decode), on CUDA cores. The weights are read as int32 words (32 / BITS weights each) in
-    tiles [BLOCK_N, G_PER, GK / per-word] (each of the G_PER chunks inside one scale group). With f = 1 + u / 2**B
-    and the stored value w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x), so the dequantisation
-    is _unpack, an FMA, and one correction per group."""
+def _wq_gemv_kernel(X, Wt, St, Y, Y32, CNT, M, N, stride_xm, stride_wk, stride_sk, k_per_prog, ONE,
+                    GROUP: tl.constexpr, BITS: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, R: tl.constexpr,
+                    PREFETCH: tl.constexpr, SPLIT: tl.constexpr):
+    """A few rows of x (decode) on CUDA cores, over the words transposed (pack_gemv): a warp's loads run along N.
+    Program (i, j) takes BLOCK_N columns and the j-th slice of K, in steps of R word rows (one scale group at most).
+    A step loads x once as a contiguous [MP, PER, R] tile and expands all fields of the words to [MP, PER, R,
+    BLOCK_N], so the sum over a word's fields stays in one thread. With f = 1 + u / 2**B and the stored value
+    w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x): _unpack, an FMA, one correction per step."""
     PER: tl.constexpr = 32 // BITS  # weights per word
-    KW: tl.constexpr = GK // PER  # words per chunk row
+    STEP: tl.constexpr = R * PER
+    j4 = tl.arange(0, PER)[None, :, None, None]
+    m3 = tl.arange(0, MP)[:, None, None]
+    xk = tl.arange(0, PER)[None, :, None] + PER * tl.arange(0, R)[None, None, :]  # [1, PER, R]: k of each field
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m0 = tl.program_id(1) * BLOCK_M
-    split = tl.program_id(2)
     n_ok = rn < N
-    g = tl.arange(0, G_PER)
-    rows = tl.arange(0, BLOCK_M)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    k_start = split * k_per_split
-    for k0 in range(k_start, k_start + k_per_split, G_PER * GK):
-        kw = (k0 // PER + g * KW)[:, None] + tl.arange(0, KW)[None, :]  # word index [G_PER, KW]
-        words = tl.load(Wq + rn[:, None, None] * stride_wn + kw[None, :, :], mask=n_ok[:, None, None], other=0)
-        s = tl.load(S + rn[:, None] * stride_sn + ((k0 + g * GK) // GROUP)[None, :], mask=n_ok[:, None], other=0.0)
-        for i in tl.static_range(BLOCK_M):
-            m_ok = m0 + i < M
-            xrow = X + (m0 + i) * stride_xm
-            fx = tl.zeros([BLOCK_N, G_PER, KW], tl.float32)
-            sx = tl.zeros([G_PER, KW], tl.float32)
-            for j in tl.static_range(PER):  # field j of word w is column PER * w + j
-                x = tl.load(xrow + PER * kw + j, mask=m_ok, other=0.0).to(tl.float32)
-                fx += _unpack(words, j, BITS, ONE) * x[None, :, :]
-                sx += x
-            part = (1 << BITS) * tl.sum(fx, 2) - 3 * (1 << (BITS - 1)) * tl.sum(sx, 1)[None, :]
-            acc += tl.where(rows[:, None] == i, tl.sum(part * s, 1)[None, :], 0.0)
-    rm = m0 + rows
-    y_ptrs = Y + split * stride_ys + rm[:, None] * stride_ym + rn[None, :]
-    tl.store(y_ptrs, acc.to(Y.dtype.element_ty), mask=(rm < M)[:, None] & n_ok[None, :])
+    wofs = tl.arange(0, R)[None, None, :, None] * stride_wk + rn[None, None, None, :]  # [1, 1, R, BLOCK_N]
+    sofs = rn[None, None, :] + 0 * tl.arange(0, R)[None, :, None]  # the scale row, in acc's shape and layout
+    xrow, m_ok = X + m3 * stride_xm, m3 < M
+    acc = tl.zeros([MP, R, BLOCK_N], tl.float32)
+    k_start = tl.program_id(1) * k_per_prog
+    k_last = k_start + k_per_prog - STEP
+    if PREFETCH:  # Triton does not pipeline these loads: issue the next step's before this step's arithmetic
+        words = tl.load(Wt + (k_start // PER) * stride_wk + wofs, mask=n_ok, other=0)
+        s = tl.load(St + (k_start // GROUP) * stride_sk + sofs, mask=n_ok, other=0.0)
+        x = tl.load(xrow + k_start + xk, mask=m_ok, other=0.0)
+    for k0 in range(k_start, k_start + k_per_prog, STEP):
+        if PREFETCH:  # the last step reloads itself rather than reading past the slice
+            cur, cur_s, cur_x = words, s, x
+            k1 = tl.minimum(k0 + STEP, k_last)
+            words = tl.load(Wt + (k1 // PER) * stride_wk + wofs, mask=n_ok, other=0)
+            s = tl.load(St + (k1 // GROUP) * stride_sk + sofs, mask=n_ok, other=0.0)
+            x = tl.load(xrow + k1 + xk, mask=m_ok, other=0.0)
+        else:
+            cur = tl.load(Wt + (k0 // PER) * stride_wk + wofs, mask=n_ok, other=0)
+            cur_s = tl.load(St + (k0 // GROUP) * stride_sk + sofs, mask=n_ok, other=0.0)
+            cur_x = tl.load(xrow + k0 + xk, mask=m_ok, other=0.0)
+        x4 = cur_x[:, :, :, None].to(tl.float32)  # 4-D after the load: the product takes the words' layout
+        fx = tl.sum(_unpack(cur, j4, BITS, ONE) * x4, 1)  # [MP, R, BLOCK_N]
+        acc += cur_s * ((1 << BITS) * fx - 3 * (1 << (BITS - 1)) * tl.sum(x4, 1))
+    part = tl.sum(acc, 1)  # [MP, BLOCK_N]
+    rows = tl.arange(0, MP)
+    offs = rows[:, None] * N + rn[None, :]
+    mask = (rows < M)[:, None] & n_ok[None, :]
+    if not SPLIT:
+        tl.store(Y + offs, part.to(Y.dtype.element_ty), mask=mask)
+    else:  # split-K in one kernel: add into fp32 sums; the column block's last program writes y and re-zeroes
+        tl.atomic_add(Y32 + offs, part, mask=mask, sem="relaxed")
+        tl.debug_barrier()  # every thread's adds come before the counter's release
+        done = tl.atomic_add(CNT + tl.program_id(0), 1, sem="acq_rel")
+        if done == tl.num_programs(1) - 1:
+            total = tl.load(Y32 + offs, mask=mask, other=0.0, cache_modifier=".cg")  # from L2, past this SM's L1
+            tl.store(Y + offs, total.to(Y.dtype.element_ty), mask=mask)
+            tl.store(Y32 + offs, tl.zeros_like(total), mask=mask)
+            tl.store(CNT + tl.program_id(0), 0)
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+@triton.jit
+def _read_words_kernel(Wt, Y, N, stride_wk, words_per_prog, BLOCK_N: tl.constexpr, R: tl.constexpr):
+    """The bound: the GEMV's grid and weight loads with no arithmetic, XOR-reduced so no load can be dropped."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ofs = tl.arange(0, R)[:, None] * stride_wk + rn[None, :]
+    acc = tl.zeros([R, BLOCK_N], tl.int32)
+    w_start = tl.program_id(1) * words_per_prog
+    for w0 in range(w_start, w_start + words_per_prog, R):
+        acc ^= tl.load(Wt + w0 * stride_wk + ofs, mask=(rn < N)[None, :], other=0)
+    tl.atomic_xor(Y + rn, tl.reduce(acc, 0, _xor), mask=rn < N, sem="relaxed")
 # --8<-- [end:gemv]
 
 
 # --8<-- [start:launch]
-GEMV_MAX_ROWS = 4  # up to this many rows of x, the CUDA-core kernel by default; more, the tensor-core one
+GEMV_MAX_ROWS = 4  # up to this many rows of x, the CUDA-core kernel; more, the tensor-core one
 
 
 def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128,
               block_n: int = 64, block_k: int = 128, num_warps: int = 4, num_stages: int = 3,
-              split_k: int = 1, gemv: bool | None = None) -> torch.Tensor:
-    """y = x @ dequantize(q, scales).T with x [M, K] in bf16 or fp16; y in x's dtype. block_k is the K step of
-    one iteration. split_k > 1 divides K among that many programs per output tile (fp32 partials, then one sum):
-    at batch 1 an 8192-wide layer has only N / block_n tiles, too few to keep every SM reading weights.
-    gemv: the CUDA-core kernel (True, up to GEMV_MAX_ROWS rows) or the tensor-core one (False); None picks by M."""
+              split_k: int = 1) -> torch.Tensor:
+    """y = x @ dequantize(q, scales).T on tensor cores, x [M, K] in bf16 or fp16; y in x's dtype. block_k is the K
+    step of one iteration (at most one scale group). split_k > 1 divides K among that many programs per output
+    tile (fp32 partials, then one sum): at small batch an 8192-wide layer has only N / block_n tiles."""
     m, k = x.shape
     n = q.shape[0]
-    if gemv is None:
-        gemv = m <= GEMV_MAX_ROWS
-    elif gemv and m > GEMV_MAX_ROWS:
-        raise ValueError(f"the CUDA-core kernel takes up to {GEMV_MAX_ROWS} rows of x, not {m}")
-    if not gemv:
-        block_k = min(block_k, group)
-    gk = min(block_k, group)
-    if block_k % gk or group % gk or k % block_k or (q.shape[1] * (2 if bits == 4 else 1)) != k:
+    block_k = min(block_k, group)
+    if group % block_k or k % block_k or (q.shape[1] * (2 if bits == 4 else 1)) != k:
         raise ValueError(f"K ({k}), BLOCK_K ({block_k}) and the group ({group}) do not tile: one must divide the "
                          f"other, and q must hold K")
     if split_k < 1 or k % (split_k * block_k):
         raise ValueError(f"K ({k}) must split into {split_k} slices of whole BLOCK_K ({block_k}) steps")
     x = x.contiguous()
-    block_m = triton.next_power_of_2(m) if gemv else 16 if m <= 16 else 32 if m <= 32 else 64
+    block_m = 16 if m <= 16 else 32 if m <= 32 else 64
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split_k)
     y = torch.empty((split_k, m, n), dtype=x.dtype if split_k == 1 else torch.float32, device=x.device)
-    w = q.view(torch.int32) if gemv else q  # the CUDA-core kernel reads whole 32-bit words
-    args = (x, w, scales, y, m, n, k, x.stride(0), w.stride(0), scales.stride(0), y.stride(1), y.stride(0),
-            k // split_k)
-    if gemv:
-        one = 0x3F800000 | (0x400000 if bits == 8 else 0)  # 1.0, and the int8 sign flip at bit 22
-        _wq_gemv_kernel[grid](*args, one, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
-                              G_PER=block_k // gk, GK=gk, num_warps=num_warps, num_stages=num_stages)
-    else:
-        _wq_gemm_kernel[grid](*args, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                              DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    _wq_gemm_kernel[grid](x, q, scales, y, m, n, k, x.stride(0), q.stride(0), scales.stride(0), y.stride(1),
+                          y.stride(0), k // split_k, GROUP=group, BITS=bits, BLOCK_M=block_m, BLOCK_N=block_n,
+                          BLOCK_K=block_k, DOT_FP32=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
     return y[0] if split_k == 1 else y.sum(0).to(x.dtype)
+
+
+class GemvWeights(NamedTuple):
+    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j
+    st: torch.Tensor  # fp32 [K // group, N]
+    bits: int
+    group: int
+    y32: torch.Tensor  # split-K workspace: fp32 [GEMV_MAX_ROWS, N] and int32 [N // 16] counters, kept zero
+    cnt: torch.Tensor
+
+
+def pack_gemv(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128) -> GemvWeights:
+    """Once per layer, when the weights are loaded: quantize's output transposed for the CUDA-core kernel, and its
+    split-K workspace (so a layer must not run on two streams at once)."""
+    n, dev = q.shape[0], q.device
+    return GemvWeights(q.view(torch.int32).T.contiguous(), scales.T.contiguous(), bits, group,
+                       torch.zeros((GEMV_MAX_ROWS, n), dtype=torch.float32, device=dev),
+                       torch.zeros(triton.cdiv(n, 16), dtype=torch.int32, device=dev))
+
+
+def _gemv_grid(p: GemvWeights, k: int, block_n: int, step: int, k_per_prog: int) -> tuple[int, int]:
+    per = 32 // p.bits
+    if step % per or p.group % step or k_per_prog % step or k % k_per_prog or p.wt.shape[0] * per != k:
+        raise ValueError(f"step ({step}) must be whole words and divide the group ({p.group}) and the K slice "
+                         f"({k_per_prog}), which must divide K ({k})")
+    if block_n < 16:
+        raise ValueError(f"BLOCK_N must be at least 16 (the workspace's counters), not {block_n}")
+    return triton.cdiv(p.wt.shape[1], block_n), k // k_per_prog
+
+
+def wq_gemv(x: torch.Tensor, p: GemvWeights, block_n: int = 64, step: int = 64, k_per_prog: int = 512,
+            num_warps: int = 2, prefetch: bool = False) -> torch.Tensor:
+    """y = x @ W.T for up to GEMV_MAX_ROWS rows of x, from pack_gemv's weights; step: weights of K per iteration;
+    k_per_prog < K splits K among programs (at batch 1 an 8192-wide layer has only N / block_n column blocks)."""
+    m, k = x.shape
+    if m > GEMV_MAX_ROWS:
+        raise ValueError(f"the CUDA-core kernel takes up to {GEMV_MAX_ROWS} rows of x, not {m}")
+    grid = _gemv_grid(p, k, block_n, step, k_per_prog)
+    x = x.contiguous()
+    y = torch.empty((m, p.wt.shape[1]), dtype=x.dtype, device=x.device)
+    one = 0x3F800000 | (0x400000 if p.bits == 8 else 0)  # 1.0, and the int8 sign flip at bit 22
+    _wq_gemv_kernel[grid](x, p.wt, p.st, y, p.y32, p.cnt, m, y.shape[1], x.stride(0), p.wt.stride(0),
+                          p.st.stride(0), k_per_prog, one, GROUP=p.group, BITS=p.bits,
+                          MP=triton.next_power_of_2(m), BLOCK_N=block_n, R=step // (32 // p.bits),
+                          PREFETCH=prefetch, SPLIT=grid[1] > 1, num_warps=num_warps, num_stages=1)
+    return y
+
+
+def read_words(p: GemvWeights, k: int, block_n: int = 64, step: int = 64, k_per_prog: int = 512,
+               num_warps: int = 2) -> torch.Tensor:
+    """The GEMV's weight reads alone, at its grid: the XOR over K of each column's words (int32 [N])."""
+    grid = _gemv_grid(p, k, block_n, step, k_per_prog)
+    y = torch.zeros(p.wt.shape[1], dtype=torch.int32, device=p.wt.device)
+    per = 32 // p.bits
+    _read_words_kernel[grid](p.wt, y, y.shape[0], p.wt.stride(0), k_per_prog // per, BLOCK_N=block_n,
+                             R=step // per, num_warps=num_warps, num_stages=1)
+    return y
 # --8<-- [end:launch]

@@ -19,10 +19,7 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path):
     seconds = time.perf_counter() - start
     assert seconds < budget, f"{path.name}: smoke run took {seconds:.0f} s, budget {budget:.0f} s"
     assert record.get("modules"), f"{path.name}: the record lists no snippet files"
-    meta = lab_meta(path)
-    if meta.published and meta.capability:  # e.g. Hopper only: on the CPU it records what it can (tables)
-        assert record["metrics"] or record.get("tables"), f"{path.name}: a published lab must record something"
-    elif meta.published:
+    if lab_meta(path).published:  # a lab for special hardware (Hopper) records what the CPU can measure
         assert record["metrics"], f"{path.name}: a published lab must record its metrics"
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

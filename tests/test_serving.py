@@ -251,6 +251,7 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
     assert "w4_read_ms" not in q
     q = bench.quant_gemm(1, 64, 256, torch.bfloat16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0)])
     assert q["w4_config"] == ("gemv", 16, 64, 128, 2, 0) and q["w4_read_ms"] > 0 and q["w8_read_speedup"] > 0
+    assert q["w4_same_bytes_ms"] > 0 and q["w8_same_bytes_speedup"] > 0
     from snippets.serving import quant
     w8, s8 = quant.quantize(torch.randn(8, 256), 8, 128)
     with pytest.raises(ValueError, match="split into 3 slices"):

@@ -81,8 +81,9 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
     skipped above), or ("mma", block_n, block_k, warps, stages, split_k), the tensor-core one. The kernel error
-    (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also the bound:
-    the fastest time to only read the packed weights on the same grids."""
+    (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds:
+    the fastest time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many
+    bytes as the packed weights (N * bits / 16 rows)."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
@@ -115,6 +116,9 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         if read is not None:
             out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read
+            same = wd[: n * bits // 16]
+            ms = bench_ms(graphed(lambda: x @ same.T, device), device)
+            out[f"w{bits}_same_bytes_ms"], out[f"w{bits}_same_bytes_speedup"] = ms, out["dense_ms"] / ms
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
     return out
 # --8<-- [end:quant]

@@ -301,8 +301,15 @@ for bits, bn, step, warps, prefetch in json.loads(sys.argv[1]):
     back = [(int(t, 16), a) for a, i in code for t in re.findall(r"BRA\s.*?0x([0-9a-f]+)", i) if int(t, 16) < a]
     lo, hi = max(back, key=lambda r: r[1] - r[0])  # the K loop: the longest backward branch
     ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
-    ttgir = c.asm["ttgir"]
-    out.append({"cfg": [bits, bn, step, warps], "weights": bn * step / (32 * warps), "ops": ops,
+    ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
+    marks = [r"atom\.global\.gpu\.relaxed\.add\.f32", r"bar\.sync", r"atom\.global\.gpu\.acq_rel\.add\.u32",
+             r"bar\.sync", r"ld\.global\.cg"]
+    order, at = [], 0
+    for mark in marks:  # each after the previous one: the split-K hand-off's ordering
+        hit = re.compile(mark).search(ptx, at)
+        order.append(hit is not None)
+        at = hit.end() if hit else at
+    out.append({"cfg": [bits, bn, step, warps], "weights": bn * step / (32 * warps), "ops": ops, "order": order,
                 "total": sum(ops.values()),
                 "converts_in_loop": ttgir[ttgir.find("scf.for"):ttgir.find("scf.yield")].count("convert_layout")})
 print(json.dumps(out))
@@ -311,8 +318,9 @@ print(json.dumps(out))
 
 def test_gemv_compiles_for_sm90_to_a_lean_loop():
     """The W4/W8 GEMV compiled for an H200 without one: per weight one LOP3 (the mask and 1.0's exponent
-    together), at least one FMA, no int-to-float conversion and no spills. The interpreter runs the same code
-    but would not see any of this."""
+    together), at least one FMA, no int-to-float conversion and no spills; and the split-K hand-off in order:
+    relaxed fp32 adds, a CTA barrier, the counter's acq_rel add at GPU scope, a barrier, then the sums read from
+    L2. The interpreter runs the same code but would not see any of this."""
     cases = [[4, 64, 64, 2, 0], [8, 64, 64, 4, 1]]  # (bits, BLOCK_N, step, warps, prefetch): fastest on an H200
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
@@ -322,6 +330,7 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
         ops, weights = row["ops"], row["weights"]
         assert ops.get("LOP3", 0) <= 1.1 * weights and ops.get("FFMA", 0) >= weights, row
         assert not any(op in ops for op in ("I2F", "LDL", "STL")), row
+        assert all(row["order"]), row
         # compiled with Triton 3.6: 4.5 (W4) and 5.75 (W8, with the prefetch's extra address arithmetic) per weight;
         # with 1.0's exponent as an immediate (two LOP3s per weight) an earlier kernel took 5.7 and 6.1
         assert row["total"] <= {4: 5.0, 8: 6.25}[row["cfg"][0]] * weights, row

@@ -96,6 +96,28 @@ def test_expert_parallel_equals_the_single_process_layer_on_gloo():
         assert r["relative_error"] < 1e-5 and r["dispatch_gbps"] > 0 and r["dispatch_bytes"] == 64 * 2 * 32 * 4
         assert r["same_choice_as_fp64"] > 0.9  # fp32 and fp64 choose alike but for near-ties
     assert sum(r["combine_bytes"] for r in out.values()) == sum(r["dispatch_bytes"] for r in out.values())
+    assert all(r["dropped_fraction"] == 0.0 for r in out.values())
+
+
+def test_capacity_keeps_first_choices_first_and_caps_every_expert():
+    from snippets.moe.ep import capacity_keep
+
+    chosen = torch.tensor([[0, 1], [0, 2], [0, 1], [3, 0]])  # expert 0 is asked for 4 times, 3 of them first
+    keep = capacity_keep(chosen, 4, 1.0)  # capacity ceil(1.0 * 4 * 2 / 4) = 2 per expert
+    assert keep.tolist() == [[True, True], [True, True], [False, True], [True, False]]
+    assert capacity_keep(chosen, 4, None).all()
+    counts = torch.bincount(chosen[keep], minlength=4)
+    assert counts.max() <= 2 and counts.sum() == keep.sum()
+
+
+def test_expert_parallel_with_a_capacity_factor_drops_before_dispatch_and_equals_the_reference():
+    from snippets.moe import ep
+
+    seed = random.SystemRandom().randrange(2**31)
+    out = ep.run("gloo", 2, tokens=64, dim=32, experts=4, k=2, reps=2, seed=seed, capacity_factor=0.5)
+    for r in out.values():  # at most ceil(0.5 * 64 * 2 / 4) = 16 per expert of 4: at least half of 128 dropped
+        assert r["relative_error"] < 1e-5, f"seed {seed}: {r['relative_error']}"
+        assert r["dropped_fraction"] >= 0.5 and r["dispatch_bytes"] == round(64 * 2 * (1 - r["dropped_fraction"])) * 32 * 4
 
 
 def test_offloaded_moe_equals_resident_and_counts_its_copies():

@@ -165,31 +165,36 @@ def parse_ptxas(report: str) -> dict[str, dict]:
     return out
 
 
-def compile_cubin(step: int, out_dir: str | Path, nvcc: str | None = None, drop_launch_bounds: bool = False) -> dict:
-    """nvcc -cubin for sm_90a with -Xptxas -v. Returns {cubin, ptxas: {...}, warnings: [...], seconds}.
-    drop_launch_bounds compiles a copy without __launch_bounds__, to show ptxas ignoring setmaxnreg (C7508)."""
+def compile_source(src: Path, cubin: Path, nvcc: str | None = None) -> dict:
+    """nvcc -cubin for sm_90a with -Xptxas -v. Returns {cubin, ptxas: {kernel: {...}}, warnings: [...], seconds}."""
     import time
 
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
         raise FileNotFoundError("no nvcc: install the CUDA toolkit or the pip wheel nvidia-cuda-nvcc")
-    src = CSRC / STEPS[step].source
-    if drop_launch_bounds:
-        copy = Path(out_dir) / f"nolb_{src.name}"
-        copy.write_text(re.sub(r"__launch_bounds__\([^)]*\)", "", src.read_text()))
-        src = copy
-    cubin = Path(out_dir) / f"step{step}{'_nolb' if drop_launch_bounds else ''}.cubin"
     cmd = [nvcc, "-cubin", *NVCC_FLAGS, ARCH, "-Xptxas", "-v", "-I", str(CSRC), str(src), "-o", str(cubin)]
     start = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr}")
     text = r.stdout + r.stderr
-    (stats,) = parse_ptxas(text).values()
     # ptxas reports C7508 (setmaxnreg ignored) and C7515-style wgmma serialisation as "info" lines with a code
     warnings = [line.strip() for line in text.splitlines()
                 if "warning" in line.lower() or re.search(r"\(C\d{4}\)", line)]
-    return {"cubin": cubin, "ptxas": stats, "warnings": warnings, "seconds": time.perf_counter() - start}
+    return {"cubin": cubin, "ptxas": parse_ptxas(text), "warnings": warnings, "seconds": time.perf_counter() - start}
+
+
+def compile_cubin(step: int, out_dir: str | Path, nvcc: str | None = None, drop_launch_bounds: bool = False) -> dict:
+    """One step's kernel through compile_source; ptxas holds that kernel's stats. drop_launch_bounds compiles a copy
+    without __launch_bounds__, to show ptxas ignoring setmaxnreg (C7508)."""
+    src = CSRC / STEPS[step].source
+    if drop_launch_bounds:
+        copy = Path(out_dir) / f"nolb_{src.name}"
+        copy.write_text(re.sub(r"__launch_bounds__\([^)]*\)", "", src.read_text()))
+        src = copy
+    built = compile_source(src, Path(out_dir) / f"step{step}{'_nolb' if drop_launch_bounds else ''}.cubin", nvcc)
+    (built["ptxas"],) = built["ptxas"].values()
+    return built
 
 
 SASS_OPS = ("HGMMA", "UTMALDG", "UTMASTG", "UTMACCTL", "SYNCS", "USETMAXREG", "WARPGROUP", "BAR", "STG", "STS",

@@ -113,32 +113,35 @@ def _worker(rank, world, backend, port, cfg, out):
     err = float(((y.double().cpu() - ref).norm() / ref.norm()))
     own = torch.sigmoid(x.double() @ router.double()).topk(k, -1).indices  # fp64's own choices, for the record
     same = float((own.sort(-1).values == chosen.sort(-1).values).all(-1).double().mean())
-    # the dispatch alone, timed: a [tokens * k, dim] all-to-all with even splits
+
+    def median_seconds(fn):
+        times = []
+        for _ in range(cfg["reps"]):
+            dist.barrier()
+            if backend == "nccl":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if backend == "nccl":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+
+    # the whole layer (routing, drops, both all-to-alls, the experts), then the dispatch alone with even splits
+    layer = median_seconds(lambda: moe_expert_parallel(xs, rs, w1s, w2s, k, capacity_factor=cf))
     send = torch.randn(tokens * k, dim, device=dev)
     recv = torch.empty_like(send)
-    times = []
-    for _ in range(cfg["reps"]):
-        dist.barrier()
-        if backend == "nccl":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        dist.all_to_all_single(recv, send)
-        if backend == "nccl":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    seconds = times[len(times) // 2]
+    seconds = median_seconds(lambda: dist.all_to_all_single(recv, send))
     moved = send.numel() * send.element_size() * (world - 1) / world  # what leaves this rank
-    out[rank] = {"relative_error": err, "same_choice_as_fp64": same, "dispatch_ms": 1e3 * seconds,
-                 "dispatch_gbps": moved / seconds / 1e9,
-                 **stats}
+    out[rank] = {"relative_error": err, "same_choice_as_fp64": same, "layer_ms": 1e3 * layer,
+                 "dispatch_ms": 1e3 * seconds, "dispatch_gbps": moved / seconds / 1e9, **stats}
     dist.destroy_process_group()
 
 
 def run(backend: str = "gloo", world: int = 2, tokens: int = 4096, dim: int = 1024, experts: int = 8, k: int = 2,
         reps: int = 20, seed: int = 0, capacity_factor: float | None = None) -> dict:
     """Spawn `world` ranks, run the expert-parallel layer against the reference (with the same drops, given a
-    capacity factor), time the dispatch."""
+    capacity factor), time the whole layer and the dispatch alone."""
     import socket
 
     import torch.multiprocessing as mp

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from pathlib import Path
 
-from snippets.common.cuda_tools import find_nvcc
 from snippets.gemm import hopper
 from snippets.moe.grouped_gemm import check_args, plan
 
@@ -75,16 +73,5 @@ def grouped_mm_ws(x, w_nk, counts: list[int], tiles=None, out=None):
 
 
 def compile_cubin(out_dir: str | Path, nvcc: str | None = None) -> dict:
-    """nvcc -cubin for sm_90a with -Xptxas -v: {cubin, ptxas: {kernel: stats}, warnings}."""
-    nvcc = nvcc or find_nvcc()
-    if nvcc is None:
-        raise FileNotFoundError("no nvcc: install the CUDA toolkit or the pip wheel nvidia-cuda-nvcc")
-    cubin = Path(out_dir) / "grouped_ws.cubin"
-    cmd = [nvcc, "-cubin", *hopper.NVCC_FLAGS, hopper.ARCH, "-Xptxas", "-v", "-I", str(hopper.CSRC), str(SOURCE),
-           "-o", str(cubin)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr}")
-    text = r.stdout + r.stderr
-    return {"cubin": cubin, "ptxas": hopper.parse_ptxas(text),
-            "warnings": [line.strip() for line in text.splitlines() if "warning" in line.lower()]}
+    """nvcc -cubin for sm_90a with -Xptxas -v: {cubin, ptxas: {kernel: stats}, warnings, seconds}."""
+    return hopper.compile_source(SOURCE, Path(out_dir) / "grouped_ws.cubin", nvcc)

@@ -336,22 +336,33 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
         assert row["total"] <= {4: 5.0, 8: 6.25}[row["cfg"][0]] * weights, row
 
 
-@pytest.mark.parametrize("kind", ["causal", "mask"])
-def test_engine_attention_takes_a_fused_kernel_and_matches_gqa(kind):
+def test_a_step_costs_the_same_ops_whatever_it_holds():
+    """Prompt tokens attend through the paged kernel as rows of their own, so a step that carries whole prompts and
+    a later chunk runs the very ops of a decode-only step."""
     from torch.profiler import ProfilerActivity, profile
 
-    from snippets.serving.scheduler import _attend
+    from snippets.paged_kv import model as tiny
+    from snippets.serving import scheduler as sch
 
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(12, h, 16, generator=g) for h in (4, 2, 2))
-    kw = {"is_causal": True} if kind == "causal" else {"attn_mask": torch.rand(12, 12, generator=g) > 0.3}
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        out = _attend(q, k, v, **kw)
-    ops = {e.key for e in prof.key_averages()}
-    assert "aten::scaled_dot_product_attention" in ops and "aten::_scaled_dot_product_attention_math" not in ops, ops
-    ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(0, 1) for t in (q, k, v)), enable_gqa=True,
-                                                           **kw).transpose(0, 1)
-    torch.testing.assert_close(out, ref)
+    net = tiny.TinyDecoder(max_len=128, seed=0)
+    eng = sch.Engine(net, 64, 4)
+    reqs = sch.trace(5, rate=0, seed=2, prompt_median=12, out_median=5, max_len=64)
+    for r in reqs[:2]:
+        eng.admit(r.rid, r.prompt)
+    firsts, _ = eng.step([(r.rid, 0, len(r.prompt)) for r in reqs[:2]], [])
+
+    def ops(chunks, decodes):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            eng.step(chunks, decodes)
+        return sorted((e.key, e.count) for e in prof.key_averages() if e.key.startswith("aten::"))
+
+    decode_only = ops([], [(r.rid, firsts[r.rid]) for r in reqs[:2]])
+    for r in reqs[2:]:
+        eng.admit(r.rid, r.prompt)
+    half = len(reqs[4].prompt) // 2
+    mixed = ops([(reqs[2].rid, 0, len(reqs[2].prompt)), (reqs[3].rid, 0, len(reqs[3].prompt)), (reqs[4].rid, 0, half)],
+                [(r.rid, 1) for r in reqs[:2]])
+    assert mixed == decode_only and len(decode_only) > 5
 
 
 def test_step_bound_counts_the_steps_of_each_scheduler():

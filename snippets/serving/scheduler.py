@@ -36,21 +36,14 @@ class Record:
     preempted: int = 0
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw) -> torch.Tensor:
-    """Attention of q [tokens, heads, d] over k, v [keys, kv heads, d], as one 4-D SDPA call with the KV heads
-    repeated to the query heads, so that PyTorch can pick a fused kernel. Called on 3-D inputs with
-    enable_gqa=True, it took its math backend (on the CPU and on the H200): a dozen kernels per call."""
-    group = q.shape[1] // k.shape[1]
-    k, v = (t.repeat_interleave(group, 1).transpose(0, 1)[None] for t in (k, v))
-    return torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, **kw)[0].transpose(0, 1)
-
-
 # --8<-- [start:engine]
 class Engine:
     """The tiny decoder over a paged KV cache: one BlockManager (every layer uses the same block tables), one K and
     one V tensor per layer. A step is one forward over every scheduled token, prompt chunks and decode tokens
-    together, as vLLM and Sarathi-Serve batch them: each layer runs its matmuls once for the whole step and writes
-    the step's K/V with one indexed store, whatever the batch."""
+    together, as vLLM and Sarathi-Serve batch them: each layer runs its matmuls once for the whole step, writes the
+    step's K/V with one indexed store, and attends with one paged-kernel launch in which every token, prompt or
+    decode, is a query row over its own request's blocks up to its own position. So a step costs the same launches
+    whatever it holds."""
 
     def __init__(self, net: TinyDecoder, num_blocks: int, block_size: int = 16):
         self.net, self.block_size = net, block_size
@@ -71,74 +64,44 @@ class Engine:
         """chunks: (rid, lo, hi) = prompt positions [lo, hi) of admitted requests; decodes: (rid, newest token, not
         yet cached). Returns ({rid: next token} for each chunk that ends its prompt, [next token] per decode)."""
         net, dev = self.net, self.net.emb.device
-        toks, pos, slots, spans = [], [], [], []
-        for rid, lo, hi in chunks:
+        toks, pos, slots, owner, spans = [], [], [], [], []
+        for n, (rid, lo, hi) in enumerate(chunks):
             toks += self.manager.tokens[rid][lo:hi]
             pos += range(lo, hi)
             slots += self.slots[rid][lo:hi]
+            owner += [n] * (hi - lo)
             spans.append((len(toks) - (hi - lo), len(toks)))
         first_decode = len(toks)
-        for rid, last in decodes:
+        for n, (rid, last) in enumerate(decodes, len(chunks)):
             toks.append(last)
             pos.append(self.manager.lengths[rid])
             slots.append(self.manager.append(rid, last))
-        idx = torch.tensor([(t, p, s.block, s.offset) for t, p, s in zip(toks, pos, slots)], dtype=torch.long)
-        idx = idx.to(dev).T
+            owner.append(n)
+        idx = torch.tensor([(t, p, s.block, s.offset, o) for t, p, s, o in zip(toks, pos, slots, owner)],
+                           dtype=torch.long).to(dev).T
         blocks, offsets = idx[2], idx[3]
-        partial = [n for n, (_, lo, _) in enumerate(chunks) if lo > 0]  # later chunks of a chunked prompt
-        if partial:
-            ctx, mask = self._prompt_context([chunks[n] for n in partial], dev)
-            prow = torch.tensor([r for n in partial for r in range(*spans[n])], device=dev)
-        if decodes:
-            table, lengths = self._table([rid for rid, _ in decodes])
+        table = self._table([rid for rid, *_ in chunks] + [rid for rid, _ in decodes])[idx[4]]  # a row per token
+        lengths = (idx[1] + 1).int()  # a token sees its request's keys up to its own position: causal
         x = net.emb[idx[0]] + net.pos[idx[1]]
         for i, layer in enumerate(net.layers):
             q, k, v = net._qkv(x, layer)
             self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
-            parts = {}
-            for n, (a, b) in enumerate(spans):  # a whole prompt: causal attention over its own keys
-                if n not in partial:
-                    parts[n] = _attend(q[a:b], k[a:b], v[a:b], is_causal=True)
-            if partial:  # all later chunks in one call, each over its context read back from the cache
-                kc, vc = self.k[i, ctx[0], ctx[1]], self.v[i, ctx[0], ctx[1]]
-                out = _attend(q[prow], kc, vc, attn_mask=mask)
-                parts.update(zip(partial, out.split([spans[n][1] - spans[n][0] for n in partial])))
-            attn = [parts[n] for n in range(len(chunks))]
-            if decodes:
-                attn.append(paged_decode(q[first_decode:], self.k[i], self.v[i], table, lengths, splits=1))
-            x = net._finish(x, torch.cat(attn) if len(attn) > 1 else attn[0], layer)
+            x = net._finish(x, paged_decode(q, self.k[i], self.v[i], table, lengths, splits=1), layer)
         done = [(rid, b - 1) for (rid, lo, hi), (a, b) in zip(chunks, spans) if hi == len(self.manager.tokens[rid])]
         rows = [r for _, r in done] + list(range(first_decode, len(toks)))
         logits = torch.nn.functional.rms_norm(x[rows], (x.shape[-1],)) @ net.out
         out = logits.argmax(-1).tolist()
         return {rid: t for (rid, _), t in zip(done, out)}, out[len(done):]
 
-    def _prompt_context(self, chunks, dev):
-        """Cache slots of the chunks' contexts [0, hi), concatenated, and the mask that lets a prompt token see its
-        own request's keys up to its own position (causal, block-diagonal across requests)."""
-        kslots, kreq, kpos, qreq, qpos = [], [], [], [], []
-        for n, (rid, lo, hi) in enumerate(chunks):
-            kslots += [(s.block, s.offset) for s in self.slots[rid][:hi]]
-            kreq += [n] * hi
-            kpos += range(hi)
-            qreq += [n] * (hi - lo)
-            qpos += range(lo, hi)
-        ctx = torch.tensor(kslots, dtype=torch.long).to(dev).T
-        k_meta = torch.tensor([kreq, kpos]).to(dev)
-        q_meta = torch.tensor([qreq, qpos]).to(dev)
-        mask = (k_meta[0][None, :] == q_meta[0][:, None]) & (k_meta[1][None, :] <= q_meta[1][:, None])
-        return ctx, mask
-
     def free(self, rid: int) -> None:
         self.manager.free(rid)
         self.slots.pop(rid, None)
 
-    def _table(self, rids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _table(self, rids: list[int]) -> torch.Tensor:
+        """The requests' block tables, padded into one int32 tensor [requests, widest]."""
         tables = [self.manager.tables[r] for r in rids]
         width = max(len(t) for t in tables)
-        bt = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
-        lens = torch.tensor([self.manager.lengths[r] for r in rids], dtype=torch.int32)
-        return bt.to(self.k.device), lens.to(self.k.device)
+        return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32).to(self.k.device)
 # --8<-- [end:engine]
 
 

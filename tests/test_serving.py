@@ -281,9 +281,11 @@ from triton.compiler import ASTSource
 from snippets.serving import quant
 
 fn, out = quant._wq_gemv_kernel, []
-for bits, bn, step, warps, prefetch in json.loads(sys.argv[1]):
-    cfg = dict(GROUP=128, BITS=bits, MP=1, BLOCK_N=bn, R=step * bits // 32, PREFETCH=prefetch, SPLIT=True)
-    ptrs = {"X": "*bf16", "Wt": "*i32", "St": "*fp32", "Y": "*bf16", "Y32": "*fp32", "CNT": "*i32"}
+for bits, bn, step, warps, prefetch, paired in json.loads(sys.argv[1]):
+    cfg = dict(GROUP=128, BITS=bits, MP=1, BLOCK_N=bn, R=step * bits // 32, PREFETCH=prefetch, SPLIT=True,
+               PAIRED=paired)
+    half = "*fp16" if paired else "*bf16"
+    ptrs = {"X": "*i32" if paired else half, "Wt": "*i32", "St": "*fp32", "Y": half, "Y32": "*fp32", "CNT": "*i32"}
     sig, consts, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in cfg:
@@ -309,7 +311,7 @@ for bits, bn, step, warps, prefetch in json.loads(sys.argv[1]):
         hit = re.compile(mark).search(ptx, at)
         order.append(hit is not None)
         at = hit.end() if hit else at
-    out.append({"cfg": [bits, bn, step, warps], "weights": bn * step / (32 * warps), "ops": ops, "order": order,
+    out.append({"cfg": [bits, bn, step, warps, prefetch, paired], "weights": bn * step / (32 * warps), "ops": ops, "order": order,
                 "total": sum(ops.values()),
                 "converts_in_loop": ttgir[ttgir.find("scf.for"):ttgir.find("scf.yield")].count("convert_layout")})
 print(json.dumps(out))
@@ -321,7 +323,7 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
     together), at least one FMA, no int-to-float conversion and no spills; and the split-K hand-off in order:
     relaxed fp32 adds, a CTA barrier, the counter's acq_rel add at GPU scope, a barrier, then the sums read from
     L2. The interpreter runs the same code but would not see any of this."""
-    cases = [[4, 64, 64, 2, 0], [8, 64, 64, 4, 1]]  # (bits, BLOCK_N, step, warps, prefetch): fastest on an H200
+    cases = [[4, 64, 64, 2, 0, 0], [8, 64, 64, 4, 1, 0]]  # (bits, BLOCK_N, step, warps, prefetch, paired)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
                        env=env, cwd=Path(__file__).resolve().parents[1])
@@ -334,6 +336,47 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
         # compiled with Triton 3.6: 4.5 (W4) and 5.75 (W8, with the prefetch's extra address arithmetic) per weight;
         # with 1.0's exponent as an immediate (two LOP3s per weight) an earlier kernel took 5.7 and 6.1
         assert row["total"] <= {4: 5.0, 8: 6.25}[row["cfg"][0]] * weights, row
+
+
+def test_paired_gemv_compiles_to_two_weights_per_instruction():
+    """The f16x2 path for sm_90: per two weights one LOP3 and one HFMA2 or HMUL2 (the HSUB2 may compile to either
+    HADD2 or HFMA2), no int-to-float conversion, no spills, and about a third fewer instructions than fp32's."""
+    cases = [[4, 64, 64, 2, 0, 1], [8, 64, 64, 2, 0, 1], [4, 128, 128, 4, 1, 1]]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
+                       env=env, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    for row in json.loads(r.stdout):
+        ops, weights, bits = row["ops"], row["weights"], row["cfg"][0]
+        assert ops.get("LOP3", 0) <= 0.55 * weights, row
+        assert ops.get("HFMA2", 0) + ops.get("HMUL2", 0) + ops.get("HADD2", 0) >= weights, row  # mul/fma + sub
+        assert ops.get("FFMA", 0) + ops.get("FADD", 0) <= 0.5 * weights, row  # fp32 only once per word
+        assert not any(op in ops for op in ("I2F", "LDL", "STL")), row
+        assert all(row["order"]), row
+        # compiled with Triton 3.6: 3.06 to 3.2 (W4) and 4.1 (W8) per weight, against 4.5 and 5.75 in fp32
+        assert row["total"] <= {4: 3.4, 8: 4.5}[bits] * weights, row
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_paired_words_give_neighbouring_weights_to_one_lop3(bits):
+    """What the f16x2 path's PTX does to a paired word, in numpy: field pair j, pulled out by one mask under fp16's
+    exponent of 1024 and offset back, is the weights k = per * w + 2j and 2j + 1, exactly."""
+    import numpy as np
+
+    from snippets.serving import quant
+
+    q, s = quant.quantize(torch.randn(24, 256), bits, 128)
+    p = quant.pack_gemv(q, s, bits, paired=True)
+    want = torch.round(quant.dequantize(q, s, bits) / s.repeat_interleave(128, 1)).T.numpy()  # [K, N] values
+    words, per = p.wt.numpy().view(np.uint32), 32 // bits
+    mask, magic, offset = (0x000F000F, 0x64006400, 1032) if bits == 4 else (0x00FF00FF, 0x64806480, 1152)
+    for j in range(per // 2):
+        t = (words >> np.uint32(bits * j)) & np.uint32(mask)
+        t = t | np.uint32(magic) if bits == 4 else t ^ np.uint32(magic)
+        halves = t.view(np.float16).reshape(words.shape[0], words.shape[1], 2).astype(np.float32) - offset
+        assert np.array_equal(halves[..., 0], want[2 * j::per]) and np.array_equal(halves[..., 1], want[2 * j + 1::per])
+    with pytest.raises(ValueError, match="fp16 x on a GPU"):
+        quant.wq_gemv(torch.randn(1, 256).bfloat16(), p, k_per_prog=256)
 
 
 def test_a_step_costs_the_same_ops_whatever_it_holds():

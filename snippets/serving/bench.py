@@ -80,7 +80,8 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
-    skipped above), or ("mma", block_n, block_k, warps, stages, split_k), the tensor-core one. The kernel error
+    skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), or ("mma", block_n, block_k, warps,
+    stages, split_k), the tensor-core one. The kernel error
     (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds:
     the fastest time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many
     bytes as the packed weights (N * bits / 16 rows)."""
@@ -90,15 +91,17 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     wd = w.to(dtype)
     dense = graphed(lambda: x @ wd.T, device)
     out = {"m": m, "dense_ms": bench_ms(dense, device)}
-    configs = [c for c in configs if c[0] == "mma" or m <= quant.GEMV_MAX_ROWS]
+    configs = [c for c in configs if c[0] == "mma" or m <= quant.GEMV_MAX_ROWS]  # the rest do not apply
     for bits in (8, 4):
         q, s = quant.quantize(w, bits, group)
-        p = quant.pack_gemv(q, s, bits, group) if any(c[0] == "gemv" for c in configs) else None
+        packed = {kind: quant.pack_gemv(q, s, bits, group, paired=kind == "gemv2") for kind in ("gemv", "gemv2")
+                  if any(c[0] == kind for c in configs)}
         deq = quant.dequantize(q, s, bits, group)
         ref = x.float() @ deq.to(dtype).float().T
-        best, read = None, None
+        best, read, by_kind = None, None, {}
         for kind, *cfg in configs:
-            if kind == "gemv":
+            if kind in packed:
+                p = packed[kind]
                 run = graphed(lambda: quant.wq_gemv(x, p, *cfg), device)
             else:
                 run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg), device)
@@ -107,12 +110,13 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
             if not err < 1e-2:
                 raise AssertionError(f"W{bits}A16 m={m} config {(kind, *cfg)}: kernel error {err:.3g}")
             ms = bench_ms(run, device)
+            by_kind[kind] = min(ms, by_kind.get(kind, ms))
             if best is None or ms < best[0]:
                 best = (ms, (kind, *cfg))
-            if kind == "gemv":
+            if kind in packed:
                 ms = bench_ms(graphed(lambda: quant.read_words(p, k, *cfg[:4]), device), device)
                 read = ms if read is None else min(read, ms)
-        out[f"w{bits}_ms"], out[f"w{bits}_config"] = best
+        out[f"w{bits}_ms"], out[f"w{bits}_config"], out[f"w{bits}_by_kind_ms"] = *best, by_kind
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         if read is not None:
             out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read

@@ -100,46 +100,114 @@ def _unpack(words, j, BITS: tl.constexpr, ONE):
     return bits.to(tl.float32, bitcast=True)
 
 
+# f16x2 arithmetic (fp16 activations): a field pair of a word becomes two halves 1024 + u by one LOP3 under fp16's
+# exponent of 1024, one SUB.F16x2 leaves the stored value, one HFMA2 multiplies two weights by two x at once
+_DEQ4 = tl.constexpr("""{
+.reg .b32 t1, t2, t3;
+shr.u32 t1, $4, 4;
+shr.u32 t2, $4, 8;
+shr.u32 t3, $4, 12;
+lop3.b32 $0, $4, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 $1, t1, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 $2, t2, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 $3, t3, 0x000F000F, 0x64006400, 0xEA;
+sub.f16x2 $0, $0, $5;
+sub.f16x2 $1, $1, $5;
+sub.f16x2 $2, $2, $5;
+sub.f16x2 $3, $3, $5;
+}""")  # (nibble & 0xF) | 0x6400 = 1024 + u in each half; minus 1032 leaves u - 8, the value
+_DEQ8 = tl.constexpr("""{
+.reg .b32 t1;
+shr.u32 t1, $2, 8;
+lop3.b32 $0, $2, 0x00FF00FF, 0x64806480, 0x6A;
+lop3.b32 $1, t1, 0x00FF00FF, 0x64806480, 0x6A;
+sub.f16x2 $0, $0, $3;
+sub.f16x2 $1, $1, $3;
+}""")  # (byte & 0xFF) ^ 0x6480 = 1024 + (q + 128) in each half; minus 1152 leaves q
+_MUL = tl.constexpr("mul.rn.f16x2 $0, $1, $2;")
+_FMA = tl.constexpr("fma.rn.f16x2 $0, $1, $2, $3;")
+_UNPACK = tl.constexpr("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }")
+PAIRED_ORDER = {4: [0, 2, 4, 6, 1, 3, 5, 7], 8: [0, 2, 1, 3]}  # field f of a paired word holds k = 8w (or 4w) + order[f]
+
+
+@triton.jit
+def _hfma(d, x, h):
+    return tl.inline_asm_elementwise(_FMA, "=r,r,r,r", [d, x, h], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _paired_step(words, xp, m_ok, magic, BITS: tl.constexpr):
+    """sum over a word's fields of value * x, in fp32 [MP, R, BLOCK_N]: the fields dequantised two at a time in
+    f16x2 and multiplied by x pairs (int32 words of fp16 x, [MP, R, 1] each) with HFMA2, then widened once."""
+    x0 = tl.load(xp, mask=m_ok)
+    x1 = tl.load(xp + 1, mask=m_ok)
+    if BITS == 4:
+        d0, d1, d2, d3 = tl.inline_asm_elementwise(_DEQ4, "=r,=r,=r,=r,r,r", [words, magic],
+                                                   dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
+                                                   pack=1)
+        h = tl.inline_asm_elementwise(_MUL, "=r,r,r", [d0, x0], dtype=tl.int32, is_pure=True, pack=1)
+        h = _hfma(d1, x1, h)
+        h = _hfma(d2, tl.load(xp + 2, mask=m_ok), h)
+        h = _hfma(d3, tl.load(xp + 3, mask=m_ok), h)
+    else:
+        d0, d1 = tl.inline_asm_elementwise(_DEQ8, "=r,=r,r,r", [words, magic], dtype=(tl.int32, tl.int32),
+                                           is_pure=True, pack=1)
+        h = tl.inline_asm_elementwise(_MUL, "=r,r,r", [d0, x0], dtype=tl.int32, is_pure=True, pack=1)
+        h = _hfma(d1, x1, h)
+    lo, hi = tl.inline_asm_elementwise(_UNPACK, "=f,=f,r", [h], dtype=(tl.float32, tl.float32), is_pure=True,
+                                       pack=1)
+    return lo + hi
+
+
 @triton.jit
 def _wq_gemv_kernel(X, Wt, St, Y, Y32, CNT, M, N, stride_xm, stride_wk, stride_sk, k_per_prog, ONE,
                     GROUP: tl.constexpr, BITS: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, R: tl.constexpr,
-                    PREFETCH: tl.constexpr, SPLIT: tl.constexpr):
+                    PREFETCH: tl.constexpr, SPLIT: tl.constexpr, PAIRED: tl.constexpr):
     """A few rows of x (decode) on CUDA cores, over the words transposed (pack_gemv): a warp's loads run along N.
     Program (i, j) takes BLOCK_N columns and the j-th slice of K, in steps of R word rows (one scale group at most).
-    A step loads x once as a contiguous [MP, PER, R] tile and expands all fields of the words to [MP, PER, R,
-    BLOCK_N], so the sum over a word's fields stays in one thread. With f = 1 + u / 2**B and the stored value
-    w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x): _unpack, an FMA, one correction per step."""
+    fp32 path: a step loads x once as a contiguous [MP, PER, R] tile and expands all fields of the words to [MP,
+    PER, R, BLOCK_N], so the sum over a word's fields stays in one thread. With f = 1 + u / 2**B and the stored
+    value w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x): _unpack, an FMA, one correction per
+    step. PAIRED (fp16 x, given as int32 pairs; words packed in PAIRED_ORDER; ONE holds the f16x2 magic number):
+    _paired_step, two weights per instruction."""
     PER: tl.constexpr = 32 // BITS  # weights per word
     STEP: tl.constexpr = R * PER
     j4 = tl.arange(0, PER)[None, :, None, None]
     m3 = tl.arange(0, MP)[:, None, None]
-    xk = tl.arange(0, PER)[None, :, None] + PER * tl.arange(0, R)[None, None, :]  # [1, PER, R]: k of each field
+    r3 = tl.arange(0, R)[None, :, None]
+    if PAIRED:  # x pairs of word row r: int32 (r * PER + 2f, + 1) / 2
+        xk = r3 * (PER // 2)
+    else:
+        xk = tl.arange(0, PER)[None, :, None] + PER * tl.arange(0, R)[None, None, :]  # [1, PER, R]: k of each field
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rn < N
-    wofs = tl.arange(0, R)[None, None, :, None] * stride_wk + rn[None, None, None, :]  # [1, 1, R, BLOCK_N]
-    sofs = rn[None, None, :] + 0 * tl.arange(0, R)[None, :, None]  # the scale row, in acc's shape and layout
+    if PAIRED:
+        wofs = r3 * stride_wk + rn[None, None, :]  # [1, R, BLOCK_N]
+    else:
+        wofs = tl.arange(0, R)[None, None, :, None] * stride_wk + rn[None, None, None, :]  # [1, 1, R, BLOCK_N]
+    sofs = rn[None, None, :] + 0 * r3  # the scale row, in acc's shape and layout
     xrow, m_ok = X + m3 * stride_xm, m3 < M
+    magic = tl.full([1, R, BLOCK_N], ONE, tl.int32)
     acc = tl.zeros([MP, R, BLOCK_N], tl.float32)
     k_start = tl.program_id(1) * k_per_prog
     k_last = k_start + k_per_prog - STEP
     if PREFETCH:  # Triton does not pipeline these loads: issue the next step's before this step's arithmetic
-        words = tl.load(Wt + (k_start // PER) * stride_wk + wofs, mask=n_ok, other=0)
-        s = tl.load(St + (k_start // GROUP) * stride_sk + sofs, mask=n_ok, other=0.0)
-        x = tl.load(xrow + k_start + xk, mask=m_ok, other=0.0)
+        words, s, x = _gemv_loads(Wt, St, xrow, k_start, wofs, sofs, xk, n_ok, m_ok, stride_wk, stride_sk, PER,
+                                  GROUP, PAIRED)
     for k0 in range(k_start, k_start + k_per_prog, STEP):
         if PREFETCH:  # the last step reloads itself rather than reading past the slice
             cur, cur_s, cur_x = words, s, x
-            k1 = tl.minimum(k0 + STEP, k_last)
-            words = tl.load(Wt + (k1 // PER) * stride_wk + wofs, mask=n_ok, other=0)
-            s = tl.load(St + (k1 // GROUP) * stride_sk + sofs, mask=n_ok, other=0.0)
-            x = tl.load(xrow + k1 + xk, mask=m_ok, other=0.0)
+            words, s, x = _gemv_loads(Wt, St, xrow, tl.minimum(k0 + STEP, k_last), wofs, sofs, xk, n_ok, m_ok,
+                                      stride_wk, stride_sk, PER, GROUP, PAIRED)
         else:
-            cur = tl.load(Wt + (k0 // PER) * stride_wk + wofs, mask=n_ok, other=0)
-            cur_s = tl.load(St + (k0 // GROUP) * stride_sk + sofs, mask=n_ok, other=0.0)
-            cur_x = tl.load(xrow + k0 + xk, mask=m_ok, other=0.0)
-        x4 = cur_x[:, :, :, None].to(tl.float32)  # 4-D after the load: the product takes the words' layout
-        fx = tl.sum(_unpack(cur, j4, BITS, ONE) * x4, 1)  # [MP, R, BLOCK_N]
-        acc += cur_s * ((1 << BITS) * fx - 3 * (1 << (BITS - 1)) * tl.sum(x4, 1))
+            cur, cur_s, cur_x = _gemv_loads(Wt, St, xrow, k0, wofs, sofs, xk, n_ok, m_ok, stride_wk, stride_sk,
+                                            PER, GROUP, PAIRED)
+        if PAIRED:
+            acc += cur_s * _paired_step(cur, cur_x, m_ok, magic, BITS)
+        else:
+            x4 = cur_x[:, :, :, None].to(tl.float32)  # 4-D after the load: the product takes the words' layout
+            fx = tl.sum(_unpack(cur, j4, BITS, ONE) * x4, 1)  # [MP, R, BLOCK_N]
+            acc += cur_s * ((1 << BITS) * fx - 3 * (1 << (BITS - 1)) * tl.sum(x4, 1))
     part = tl.sum(acc, 1)  # [MP, BLOCK_N]
     rows = tl.arange(0, MP)
     offs = rows[:, None] * N + rn[None, :]
@@ -155,6 +223,19 @@ def _wq_gemv_kernel(X, Wt, St, Y, Y32, CNT, M, N, stride_xm, stride_wk, stride_s
             tl.store(Y + offs, total.to(Y.dtype.element_ty), mask=mask)
             tl.store(Y32 + offs, tl.zeros_like(total), mask=mask)
             tl.store(CNT + tl.program_id(0), 0)
+
+
+@triton.jit
+def _gemv_loads(Wt, St, xrow, k, wofs, sofs, xk, n_ok, m_ok, stride_wk, stride_sk, PER: tl.constexpr,
+                GROUP: tl.constexpr, PAIRED: tl.constexpr):
+    """One step's words, scales and x (PAIRED: x's address, its pairs being loaded in _paired_step)."""
+    words = tl.load(Wt + (k // PER) * stride_wk + wofs, mask=n_ok)  # no `other`: masked lanes are never stored
+    s = tl.load(St + (k // GROUP) * stride_sk + sofs, mask=n_ok)
+    if PAIRED:
+        x = xrow + k // 2 + xk
+    else:
+        x = tl.load(xrow + k + xk, mask=m_ok, other=0.0)
+    return words, s, x
 
 
 @triton.jit
@@ -204,21 +285,30 @@ def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int,
 
 
 class GemvWeights(NamedTuple):
-    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j
+    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j (paired: order[j])
     st: torch.Tensor  # fp32 [K // group, N]
     bits: int
     group: int
     y32: torch.Tensor  # split-K workspace: fp32 [GEMV_MAX_ROWS, N] and int32 [N // 16] counters, kept zero
     cnt: torch.Tensor
+    paired: bool = False  # fields in PAIRED_ORDER, for the f16x2 path (fp16 x)
 
 
-def pack_gemv(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128) -> GemvWeights:
-    """Once per layer, when the weights are loaded: quantize's output transposed for the CUDA-core kernel, and its
-    split-K workspace (so a layer must not run on two streams at once)."""
+def pack_gemv(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128, paired: bool = False) -> GemvWeights:
+    """Once per layer, when the weights are loaded: quantize's output transposed for the CUDA-core kernel (paired:
+    with each word's fields reordered so that one LOP3 pulls out two neighbouring k), and its split-K workspace (so
+    a layer must not run on two streams at once)."""
     n, dev = q.shape[0], q.device
+    if paired:
+        per, order = 32 // bits, PAIRED_ORDER[bits]
+        if bits == 4:
+            u = torch.stack([q & 0xF, q >> 4], -1).view(n, -1, per)[..., order].reshape(n, -1, 2)
+            q = (u[..., 0] | (u[..., 1] << 4)).contiguous()
+        else:
+            q = q.view(n, -1, per)[..., order].reshape(n, -1).contiguous()
     return GemvWeights(q.view(torch.int32).T.contiguous(), scales.T.contiguous(), bits, group,
                        torch.zeros((GEMV_MAX_ROWS, n), dtype=torch.float32, device=dev),
-                       torch.zeros(triton.cdiv(n, 16), dtype=torch.int32, device=dev))
+                       torch.zeros(triton.cdiv(n, 16), dtype=torch.int32, device=dev), paired)
 
 
 def _gemv_grid(p: GemvWeights, k: int, block_n: int, step: int, k_per_prog: int) -> tuple[int, int]:
@@ -232,20 +322,28 @@ def _gemv_grid(p: GemvWeights, k: int, block_n: int, step: int, k_per_prog: int)
 
 
 def wq_gemv(x: torch.Tensor, p: GemvWeights, block_n: int = 64, step: int = 64, k_per_prog: int = 512,
-            num_warps: int = 2, prefetch: bool = False) -> torch.Tensor:
+            num_warps: int = 2, prefetch: bool = False, num_stages: int = 1) -> torch.Tensor:
     """y = x @ W.T for up to GEMV_MAX_ROWS rows of x, from pack_gemv's weights; step: weights of K per iteration;
-    k_per_prog < K splits K among programs (at batch 1 an 8192-wide layer has only N / block_n column blocks)."""
+    k_per_prog < K splits K among programs (at batch 1 an 8192-wide layer has only N / block_n column blocks);
+    num_stages > 1 lets Triton pipeline the K loop's loads."""
     m, k = x.shape
     if m > GEMV_MAX_ROWS:
         raise ValueError(f"the CUDA-core kernel takes up to {GEMV_MAX_ROWS} rows of x, not {m}")
     grid = _gemv_grid(p, k, block_n, step, k_per_prog)
     x = x.contiguous()
     y = torch.empty((m, p.wt.shape[1]), dtype=x.dtype, device=x.device)
-    one = 0x3F800000 | (0x400000 if p.bits == 8 else 0)  # 1.0, and the int8 sign flip at bit 22
-    _wq_gemv_kernel[grid](x, p.wt, p.st, y, p.y32, p.cnt, m, y.shape[1], x.stride(0), p.wt.stride(0),
+    if p.paired:
+        if x.dtype != torch.float16 or INTERPRETED:
+            raise ValueError(f"the paired (f16x2) GEMV takes fp16 x on a GPU (inline PTX), not {x.dtype}"
+                             + (" in the interpreter" if INTERPRETED else ""))
+        xs, stride, one = x.view(torch.int32), x.stride(0) // 2, 0x64086408 if p.bits == 4 else 0x64806480
+    else:  # 1.0, and the int8 sign flip at bit 22
+        xs, stride, one = x, x.stride(0), 0x3F800000 | (0x400000 if p.bits == 8 else 0)
+    _wq_gemv_kernel[grid](xs, p.wt, p.st, y, p.y32, p.cnt, m, y.shape[1], stride, p.wt.stride(0),
                           p.st.stride(0), k_per_prog, one, GROUP=p.group, BITS=p.bits,
                           MP=triton.next_power_of_2(m), BLOCK_N=block_n, R=step // (32 // p.bits),
-                          PREFETCH=prefetch, SPLIT=grid[1] > 1, num_warps=num_warps, num_stages=1)
+                          PREFETCH=prefetch, SPLIT=grid[1] > 1, PAIRED=p.paired, num_warps=num_warps,
+                          num_stages=num_stages)
     return y
 
 

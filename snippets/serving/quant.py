@@ -322,10 +322,9 @@ def _gemv_grid(p: GemvWeights, k: int, block_n: int, step: int, k_per_prog: int)
 
 
 def wq_gemv(x: torch.Tensor, p: GemvWeights, block_n: int = 64, step: int = 64, k_per_prog: int = 512,
-            num_warps: int = 2, prefetch: bool = False, num_stages: int = 1) -> torch.Tensor:
+            num_warps: int = 2, prefetch: bool = False) -> torch.Tensor:
     """y = x @ W.T for up to GEMV_MAX_ROWS rows of x, from pack_gemv's weights; step: weights of K per iteration;
-    k_per_prog < K splits K among programs (at batch 1 an 8192-wide layer has only N / block_n column blocks);
-    num_stages > 1 lets Triton pipeline the K loop's loads."""
+    k_per_prog < K splits K among programs (at batch 1 an 8192-wide layer has only N / block_n column blocks)."""
     m, k = x.shape
     if m > GEMV_MAX_ROWS:
         raise ValueError(f"the CUDA-core kernel takes up to {GEMV_MAX_ROWS} rows of x, not {m}")
@@ -343,7 +342,7 @@ def wq_gemv(x: torch.Tensor, p: GemvWeights, block_n: int = 64, step: int = 64, 
                           p.st.stride(0), k_per_prog, one, GROUP=p.group, BITS=p.bits,
                           MP=triton.next_power_of_2(m), BLOCK_N=block_n, R=step // (32 // p.bits),
                           PREFETCH=prefetch, SPLIT=grid[1] > 1, PAIRED=p.paired, num_warps=num_warps,
-                          num_stages=num_stages)
+                          num_stages=1)
     return y
 
 

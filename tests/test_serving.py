@@ -338,6 +338,22 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
         assert row["total"] <= {4: 5.0, 8: 6.25}[row["cfg"][0]] * weights, row
 
 
+def test_rotation_spans_four_l2s_and_times_every_copy(monkeypatch):
+    from types import SimpleNamespace
+
+    from snippets.serving import bench
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(L2_cache_size=50_000_000))
+    assert bench.copies_for(33_500_000, "cuda") == 6 and bench.copies_for(470_000_000, "cuda") == 2
+    assert bench.copies_for(33_500_000, "cpu") == 1
+    calls = [0, 0, 0]
+
+    def bump(i):
+        calls[i] += 1
+    ms = bench.rotated_ms([lambda i=i: bump(i) for i in range(3)], "cpu")
+    assert ms >= 0 and min(calls) >= 1 and len(set(calls)) == 1
+
+
 def test_paired_gemv_compiles_to_two_weights_per_instruction():
     """The f16x2 path for sm_90: per two weights one LOP3 and one HFMA2 or HMUL2 (the HSUB2 may compile to either
     HADD2 or HFMA2), no int-to-float conversion, no spills, and about a third fewer instructions than fp32's."""

@@ -1,8 +1,10 @@
 """The serving lab's measurements: each checks before it times. Speculative decoding and the schedulers run the
-tiny decoder end to end (host overhead included, as a serving loop has it); the quantised GEMMs and the FP8 GEMM
-are timed as CUDA graph replays (snippets.paged_kv.bench.graphed) with the L2 flushed."""
+tiny decoder end to end (host overhead included, as a serving loop has it). The quantised GEMMs are timed as CUDA
+graph replays over rotating copies of the layer (rotated_ms), as consecutive decode layers read their weights; the
+FP8 GEMM, far larger than the L2, as graph replays with the L2 flushed."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -75,6 +77,34 @@ def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_
 # --8<-- [end:batching]
 
 
+def copies_for(nbytes: int, device) -> int:
+    """How many copies of an input make a rotation at least four times the L2 (one on the CPU)."""
+    if not str(device).startswith("cuda"):
+        return 1
+    return max(2, math.ceil(4 * torch.cuda.get_device_properties(device).L2_cache_size / nbytes))
+
+
+def rotated_ms(fns, device, reps: int = 50) -> float:
+    """Median milliseconds per call of fns run back to back, each on its own copy of the inputs, captured in one
+    CUDA graph and timed with events. When a copy comes round again the L2 holds only other copies' clean lines, as
+    when a decode step reads one layer's weights after another's; a flush by writing a large buffer would instead
+    leave the L2 full of dirty lines, whose write-back a small read pays for."""
+    run = graphed(lambda: [f() for f in fns], device)
+    if not str(device).startswith("cuda"):
+        return bench_ms(run, device) / len(fns)
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times) / len(fns)
+
+
 # --8<-- [start:quant]
 def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
@@ -84,46 +114,52 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     stages, split_k), the tensor-core one. The kernel error
     (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds:
     the fastest time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many
-    bytes as the packed weights (N * bits / 16 rows)."""
+    bytes as the packed weights (N * bits / 16 rows). Everything is timed by rotated_ms; the dense layer also with
+    the L2 flushed (dense_flushed_ms), to show what the flush costs a read this small."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
     wd = w.to(dtype)
-    dense = graphed(lambda: x @ wd.T, device)
-    out = {"m": m, "dense_ms": bench_ms(dense, device)}
+    dense = [wd.clone() for _ in range(copies_for(wd.nbytes, device))]
+    out = {"m": m, "dense_ms": rotated_ms([lambda d=d: x @ d.T for d in dense], device),
+           "dense_flushed_ms": bench_ms(graphed(lambda: x @ wd.T, device), device)}
     configs = [c for c in configs if c[0] == "mma" or m <= quant.GEMV_MAX_ROWS]  # the rest do not apply
     for bits in (8, 4):
         q, s = quant.quantize(w, bits, group)
-        packed = {kind: quant.pack_gemv(q, s, bits, group, paired=kind == "gemv2") for kind in ("gemv", "gemv2")
-                  if any(c[0] == kind for c in configs)}
+        nbytes = q.nbytes + s.nbytes
+        layers = {}  # the copies each kind of kernel reads
+        for kind in {c[0] for c in configs}:
+            layers[kind] = [(q.clone(), s.clone()) if kind == "mma" else
+                            quant.pack_gemv(q, s, bits, group, paired=kind == "gemv2")
+                            for _ in range(copies_for(nbytes, device))]
         deq = quant.dequantize(q, s, bits, group)
         ref = x.float() @ deq.to(dtype).float().T
         best, read, by_kind = None, None, {}
         for kind, *cfg in configs:
-            if kind in packed:
-                p = packed[kind]
-                run = graphed(lambda: quant.wq_gemv(x, p, *cfg), device)
+            if kind == "mma":
+                fns = [lambda c=c: quant.wq_matmul(x, *c, bits, group, *cfg) for c in layers[kind]]
             else:
-                run = graphed(lambda: quant.wq_matmul(x, q, s, bits, group, *cfg), device)
-            y = run()
+                fns = [lambda p=p: quant.wq_gemv(x, p, *cfg) for p in layers[kind]]
+            y = graphed(fns[0], device)()
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
                 raise AssertionError(f"W{bits}A16 m={m} config {(kind, *cfg)}: kernel error {err:.3g}")
-            ms = bench_ms(run, device)
+            ms = rotated_ms(fns, device)
             by_kind[kind] = min(ms, by_kind.get(kind, ms))
             if best is None or ms < best[0]:
                 best = (ms, (kind, *cfg))
-            if kind in packed:
-                ms = bench_ms(graphed(lambda: quant.read_words(p, k, *cfg[:4]), device), device)
+            if kind != "mma":
+                ms = rotated_ms([lambda p=p: quant.read_words(p, k, *cfg[:4]) for p in layers[kind]], device)
                 read = ms if read is None else min(read, ms)
         out[f"w{bits}_ms"], out[f"w{bits}_config"], out[f"w{bits}_by_kind_ms"] = *best, by_kind
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         if read is not None:
             out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read
-            same = wd[: n * bits // 16]
-            ms = bench_ms(graphed(lambda: x @ same.T, device), device)
+            same = [wd[: n * bits // 16].clone() for _ in range(copies_for(wd.nbytes * bits // 16, device))]
+            ms = rotated_ms([lambda d=d: x @ d.T for d in same], device)
             out[f"w{bits}_same_bytes_ms"], out[f"w{bits}_same_bytes_speedup"] = ms, out["dense_ms"] / ms
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
+        del layers
     return out
 # --8<-- [end:quant]
 

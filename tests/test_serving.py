@@ -318,17 +318,22 @@ print(json.dumps(out))
 """
 
 
+def _compile_gemv_sm90(cases) -> list[dict]:
+    """GEMV_SM90 in a subprocess without the interpreter: one row of SASS counts per case."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
+                       env=env, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
 def test_gemv_compiles_for_sm90_to_a_lean_loop():
     """The W4/W8 GEMV compiled for an H200 without one: per weight one LOP3 (the mask and 1.0's exponent
     together), at least one FMA, no int-to-float conversion and no spills; and the split-K hand-off in order:
     relaxed fp32 adds, a CTA barrier, the counter's acq_rel add at GPU scope, a barrier, then the sums read from
     L2. The interpreter runs the same code but would not see any of this."""
     cases = [[4, 64, 64, 2, 0, 0], [8, 64, 64, 4, 1, 0]]  # (bits, BLOCK_N, step, warps, prefetch, paired)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
-                       env=env, cwd=Path(__file__).resolve().parents[1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    for row in json.loads(r.stdout):
+    for row in _compile_gemv_sm90(cases):
         ops, weights = row["ops"], row["weights"]
         assert ops.get("LOP3", 0) <= 1.1 * weights and ops.get("FFMA", 0) >= weights, row
         assert not any(op in ops for op in ("I2F", "LDL", "STL")), row
@@ -358,11 +363,7 @@ def test_paired_gemv_compiles_to_two_weights_per_instruction():
     """The f16x2 path for sm_90: per two weights one LOP3 and one HFMA2 or HMUL2 (the HSUB2 may compile to either
     HADD2 or HFMA2), no int-to-float conversion, no spills, and about a third fewer instructions than fp32's."""
     cases = [[4, 64, 64, 2, 0, 1], [8, 64, 64, 2, 0, 1], [4, 128, 128, 4, 1, 1]]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
-                       env=env, cwd=Path(__file__).resolve().parents[1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    for row in json.loads(r.stdout):
+    for row in _compile_gemv_sm90(cases):
         ops, weights, bits = row["ops"], row["weights"], row["cfg"][0]
         assert ops.get("LOP3", 0) <= 0.55 * weights, row
         assert ops.get("HFMA2", 0) + ops.get("HMUL2", 0) + ops.get("HADD2", 0) >= weights, row  # mul/fma + sub

@@ -51,34 +51,34 @@ class Engine:
         shape = (len(net.layers), num_blocks, block_size, net.hkv, net.d)
         self.k = torch.zeros(shape, device=net.emb.device)
         self.v = torch.zeros(shape, device=net.emb.device)
-        self.slots: dict[int, list] = {}  # prompt slots reserved at admission, filled chunk by chunk
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
     def admit(self, rid: int, tokens: list[int]) -> None:
         """Reserve the blocks of a whole prompt (raises OutOfBlocks, changing nothing, if they are not free)."""
-        self.slots[rid] = self.manager.add(rid, tokens)[0]
+        self.manager.add(rid, tokens)
 
     def step(self, chunks: list[tuple[int, int, int]], decodes: list[tuple[int, int]]) -> tuple[dict, list[int]]:
         """chunks: (rid, lo, hi) = prompt positions [lo, hi) of admitted requests; decodes: (rid, newest token, not
-        yet cached). Returns ({rid: next token} for each chunk that ends its prompt, [next token] per decode)."""
-        net, dev = self.net, self.net.emb.device
-        toks, pos, slots, owner, spans = [], [], [], [], []
+        yet cached). Returns ({rid: next token} for each chunk that ends its prompt, [next token] per decode).
+        The step's inputs are built as numpy columns, a chunk at a time, not token by token in Python: the host's
+        cost per step then hardly grows with the tokens it holds."""
+        net, dev, bs, m = self.net, self.net.emb.device, self.block_size, self.manager
+        cols = []  # per chunk, then the decodes: rows token, position, block, offset, owner
         for n, (rid, lo, hi) in enumerate(chunks):
-            toks += self.manager.tokens[rid][lo:hi]
-            pos += range(lo, hi)
-            slots += self.slots[rid][lo:hi]
-            owner += [n] * (hi - lo)
-            spans.append((len(toks) - (hi - lo), len(toks)))
-        first_decode = len(toks)
+            pos = np.arange(lo, hi)
+            cols.append(np.stack([np.asarray(m.tokens[rid][lo:hi]), pos, np.asarray(m.tables[rid])[pos // bs],
+                                  pos % bs, np.full_like(pos, n)]))
+        ends = np.cumsum([hi - lo for _, lo, hi in chunks], dtype=np.int64)
+        first_decode = int(ends[-1]) if chunks else 0
+        dec = []
         for n, (rid, last) in enumerate(decodes, len(chunks)):
-            toks.append(last)
-            pos.append(self.manager.lengths[rid])
-            slots.append(self.manager.append(rid, last))
-            owner.append(n)
-        idx = torch.tensor([(t, p, s.block, s.offset, o) for t, p, s, o in zip(toks, pos, slots, owner)],
-                           dtype=torch.long).to(dev).T
+            pos = m.lengths[rid]
+            slot = m.append(rid, last)
+            dec.append((last, pos, slot.block, slot.offset, n))
+        cols.append(np.array(dec, dtype=np.int64).reshape(-1, 5).T)
+        idx = torch.from_numpy(np.ascontiguousarray(np.concatenate(cols, axis=1))).to(dev)
         blocks, offsets = idx[2], idx[3]
         table = self._table([rid for rid, *_ in chunks] + [rid for rid, _ in decodes])[idx[4]]  # a row per token
         lengths = (idx[1] + 1).int()  # a token sees its request's keys up to its own position: causal
@@ -87,15 +87,14 @@ class Engine:
             q, k, v = net._qkv(x, layer)
             self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
             x = net._finish(x, paged_decode(q, self.k[i], self.v[i], table, lengths, splits=1), layer)
-        done = [(rid, b - 1) for (rid, lo, hi), (a, b) in zip(chunks, spans) if hi == len(self.manager.tokens[rid])]
-        rows = [r for _, r in done] + list(range(first_decode, len(toks)))
+        done = [(rid, int(end) - 1) for (rid, lo, hi), end in zip(chunks, ends) if hi == len(m.tokens[rid])]
+        rows = [r for _, r in done] + list(range(first_decode, idx.shape[1]))
         logits = torch.nn.functional.rms_norm(x[rows], (x.shape[-1],)) @ net.out
         out = logits.argmax(-1).tolist()
         return {rid: t for (rid, _), t in zip(done, out)}, out[len(done):]
 
     def free(self, rid: int) -> None:
         self.manager.free(rid)
-        self.slots.pop(rid, None)
 
     def _table(self, rids: list[int]) -> torch.Tensor:
         """The requests' block tables, padded into one int32 tensor [requests, widest]."""

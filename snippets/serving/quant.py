@@ -103,31 +103,33 @@ def _unpack(words, j, BITS: tl.constexpr, ONE):
 # f16x2 arithmetic (fp16 activations): a field pair of a word becomes two halves 1024 + u by one LOP3 under fp16's
 # exponent of 1024, one SUB.F16x2 leaves the stored value, one HFMA2 multiplies two weights by two x at once
 _DEQ4 = tl.constexpr("""{
-.reg .b32 t1, t2, t3;
-shr.u32 t1, $4, 4;
-shr.u32 t2, $4, 8;
-shr.u32 t3, $4, 12;
+.reg .b32 t1, sixteenth, offset;
+mov.b32 sixteenth, 0x2C002C00;
+mov.b32 offset, 0xD480D480;
+shr.u32 t1, $4, 8;
 lop3.b32 $0, $4, 0x000F000F, 0x64006400, 0xEA;
-lop3.b32 $1, t1, 0x000F000F, 0x64006400, 0xEA;
-lop3.b32 $2, t2, 0x000F000F, 0x64006400, 0xEA;
-lop3.b32 $3, t3, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 $1, $4, 0x00F000F0, 0x64006400, 0xEA;
+lop3.b32 $2, t1, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 $3, t1, 0x00F000F0, 0x64006400, 0xEA;
 sub.f16x2 $0, $0, $5;
-sub.f16x2 $1, $1, $5;
+fma.rn.f16x2 $1, $1, sixteenth, offset;
 sub.f16x2 $2, $2, $5;
-sub.f16x2 $3, $3, $5;
-}""")  # (nibble & 0xF) | 0x6400 = 1024 + u in each half; minus 1032 leaves u - 8, the value
+fma.rn.f16x2 $3, $3, sixteenth, offset;
+}""")  # low nibbles: (w & 0xF) | 0x6400 = 1024 + u, minus 1032 leaves u - 8; high nibbles, in place (as Marlin
+# does): 1024 + 16u, times 1/16 minus 72 leaves u - 8; all exact in fp16. One shift per word instead of three
 _DEQ8 = tl.constexpr("""{
-.reg .b32 t1;
-shr.u32 t1, $2, 8;
-lop3.b32 $0, $2, 0x00FF00FF, 0x64806480, 0x6A;
-lop3.b32 $1, t1, 0x00FF00FF, 0x64806480, 0x6A;
+.reg .b32 exp;
+mov.b32 exp, 0x64646464;
+prmt.b32 $0, $2, exp, 0x4140;
+prmt.b32 $1, $2, exp, 0x4342;
 sub.f16x2 $0, $0, $3;
 sub.f16x2 $1, $1, $3;
-}""")  # (byte & 0xFF) ^ 0x6480 = 1024 + (q + 128) in each half; minus 1152 leaves q
+}""")  # one byte permute puts bytes 2j and 2j + 1 (stored as q + 128) under fp16's exponent 0x64: 1024 + q + 128 in
+# each half; minus 1152 leaves q
 _MUL = tl.constexpr("mul.rn.f16x2 $0, $1, $2;")
 _FMA = tl.constexpr("fma.rn.f16x2 $0, $1, $2, $3;")
 _UNPACK = tl.constexpr("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }")
-PAIRED_ORDER = {4: [0, 2, 4, 6, 1, 3, 5, 7], 8: [0, 2, 1, 3]}  # field f of a paired word holds k = 8w (or 4w) + order[f]
+PAIRED_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # nibble f of a paired int4 word holds k = 8w + PAIRED_ORDER[f]
 
 
 @triton.jit
@@ -168,7 +170,7 @@ def _wq_gemv_kernel(X, Wt, St, Y, Y32, CNT, M, N, stride_xm, stride_wk, stride_s
     fp32 path: a step loads x once as a contiguous [MP, PER, R] tile and expands all fields of the words to [MP,
     PER, R, BLOCK_N], so the sum over a word's fields stays in one thread. With f = 1 + u / 2**B and the stored
     value w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x): _unpack, an FMA, one correction per
-    step. PAIRED (fp16 x, given as int32 pairs; words packed in PAIRED_ORDER; ONE holds the f16x2 magic number):
+    step. PAIRED (fp16 x, given as int32 pairs; words packed by pack_gemv(paired=True); ONE holds the f16x2 magic number):
     _paired_step, two weights per instruction."""
     PER: tl.constexpr = 32 // BITS  # weights per word
     STEP: tl.constexpr = R * PER
@@ -285,27 +287,26 @@ def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int,
 
 
 class GemvWeights(NamedTuple):
-    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j (paired: order[j])
+    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j (paired int4: PAIRED_ORDER[j])
     st: torch.Tensor  # fp32 [K // group, N]
     bits: int
     group: int
     y32: torch.Tensor  # split-K workspace: fp32 [GEMV_MAX_ROWS, N] and int32 [N // 16] counters, kept zero
     cnt: torch.Tensor
-    paired: bool = False  # fields in PAIRED_ORDER, for the f16x2 path (fp16 x)
+    paired: bool = False  # int4 fields in PAIRED_ORDER, int8 ones as q + 128: for the f16x2 path (fp16 x)
 
 
 def pack_gemv(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 128, paired: bool = False) -> GemvWeights:
     """Once per layer, when the weights are loaded: quantize's output transposed for the CUDA-core kernel (paired:
-    with each word's fields reordered so that one LOP3 pulls out two neighbouring k), and its split-K workspace (so
-    a layer must not run on two streams at once)."""
+    int4 fields reordered so that one LOP3 pulls out two neighbouring k; int8 bytes stored as q + 128 so that one
+    byte permute does), and its split-K workspace (so a layer must not run on two streams at once)."""
     n, dev = q.shape[0], q.device
     if paired:
-        per, order = 32 // bits, PAIRED_ORDER[bits]
         if bits == 4:
-            u = torch.stack([q & 0xF, q >> 4], -1).view(n, -1, per)[..., order].reshape(n, -1, 2)
+            u = torch.stack([q & 0xF, q >> 4], -1).view(n, -1, 8)[..., PAIRED_ORDER].reshape(n, -1, 2)
             q = (u[..., 0] | (u[..., 1] << 4)).contiguous()
-        else:
-            q = q.view(n, -1, per)[..., order].reshape(n, -1).contiguous()
+        else:  # the sign bit flipped
+            q = (q.view(torch.uint8) ^ 0x80).contiguous()
     return GemvWeights(q.view(torch.int32).T.contiguous(), scales.T.contiguous(), bits, group,
                        torch.zeros((GEMV_MAX_ROWS, n), dtype=torch.float32, device=dev),
                        torch.zeros(triton.cdiv(n, 16), dtype=torch.int32, device=dev), paired)

@@ -100,8 +100,9 @@ def _unpack(words, j, BITS: tl.constexpr, ONE):
     return bits.to(tl.float32, bitcast=True)
 
 
-# f16x2 arithmetic (fp16 activations): a field pair of a word becomes two halves 1024 + u by one LOP3 under fp16's
-# exponent of 1024, one SUB.F16x2 leaves the stored value, one HFMA2 multiplies two weights by two x at once
+# f16x2 arithmetic (fp16 activations): one LOP3 (int4) or byte permute (int8) puts a field pair of a word under
+# fp16's exponent of 1024, one SUB.F16x2 or FMA.F16x2 leaves the two stored values, and one HFMA2 multiplies two
+# weights by two x at once
 _DEQ4 = tl.constexpr("""{
 .reg .b32 t1, sixteenth, offset;
 mov.b32 sixteenth, 0x2C002C00;
@@ -170,8 +171,8 @@ def _wq_gemv_kernel(X, Wt, St, Y, Y32, CNT, M, N, stride_xm, stride_wk, stride_s
     fp32 path: a step loads x once as a contiguous [MP, PER, R] tile and expands all fields of the words to [MP,
     PER, R, BLOCK_N], so the sum over a word's fields stays in one thread. With f = 1 + u / 2**B and the stored
     value w = u - 2**(B-1): sum(w x) = 2**B sum(f x) - 3 * 2**(B-1) sum(x): _unpack, an FMA, one correction per
-    step. PAIRED (fp16 x, given as int32 pairs; words packed by pack_gemv(paired=True); ONE holds the f16x2 magic number):
-    _paired_step, two weights per instruction."""
+    step. PAIRED (fp16 x, given as int32 pairs; words packed by pack_gemv(paired=True); ONE holds the f16x2 magic
+    number): _paired_step, two weights per instruction."""
     PER: tl.constexpr = 32 // BITS  # weights per word
     STEP: tl.constexpr = R * PER
     j4 = tl.arange(0, PER)[None, :, None, None]
@@ -287,7 +288,8 @@ def wq_matmul(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, bits: int,
 
 
 class GemvWeights(NamedTuple):
-    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j (paired int4: PAIRED_ORDER[j])
+    wt: torch.Tensor  # int32 [K // per-word, N]: word row r holds k = per-word * r + j in field j
+    #                   (paired int4: k = 8r + PAIRED_ORDER[j])
     st: torch.Tensor  # fp32 [K // group, N]
     bits: int
     group: int

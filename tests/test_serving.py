@@ -376,7 +376,7 @@ def test_paired_gemv_compiles_to_two_weights_per_instruction():
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_paired_words_give_neighbouring_weights_to_one_lop3(bits):
+def test_paired_words_give_neighbouring_weights_to_one_lop3_or_prmt(bits):
     """What the f16x2 path's PTX does to a paired word, in numpy: field pair j, put under fp16's exponent of 1024 by
     one LOP3 (int4) or one byte permute (int8) and offset back in f16x2 arithmetic, is the weights
     k = per * w + 2j and 2j + 1, exactly."""
@@ -394,7 +394,8 @@ def test_paired_words_give_neighbouring_weights_to_one_lop3(bits):
 
     for j in range(per // 2):
         if bits == 4:  # low nibble pairs (even j) minus 1032; high nibble pairs in place, times 1/16 minus 72
-            t = (words >> np.uint32(8 * (j // 2))) & np.uint32(0x00F000F0 if j % 2 else 0x000F000F) | np.uint32(0x64006400)
+            mask = np.uint32(0x00F000F0 if j % 2 else 0x000F000F)
+            t = (words >> np.uint32(8 * (j // 2))) & mask | np.uint32(0x64006400)
             h = halves(t) * np.float16(1 / 16) - np.float16(72) if j % 2 else halves(t) - np.float16(1032)
         else:  # prmt selectors 0x4140 and 0x4342: bytes 2j and 2j + 1, each under the byte 0x64, minus 1152
             lo, hi = (words >> np.uint32(16 * j)) & np.uint32(0xFF), (words >> np.uint32(16 * j + 8)) & np.uint32(0xFF)

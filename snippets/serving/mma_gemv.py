@@ -1,0 +1,101 @@
+"""W4A16 decode GEMV on tensor cores in CUDA (csrc/w4_mma_gemv.cu), Marlin's layout idea: pack_mma orders the
+nibbles once so that what a lane dequantises is already its B fragment of mma.m16n8k16. Built with load_inline on
+an sm_90a GPU; the packing and its fragment mapping are checked on the CPU (fragments())."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from snippets.gemm.hopper import ARCH
+
+SRC = Path(__file__).resolve().with_name("csrc") / "w4_mma_gemv.cu"
+# nibble f of a lane's word holds k = 32 i + OFFSETS[f] + 2 q (q = lane % 4) of column 8 tile + lane // 4:
+# d_j (nibbles j, j + 4) is b0 (j = 0) and b1 (j = 1) of the word's first k16 slice, b0 and b1 of its second (j = 2, 3)
+OFFSETS = (0, 8, 16, 24, 1, 9, 17, 25)
+
+
+class MmaWeights(NamedTuple):
+    wq: torch.Tensor  # int32 [K / 128, N / 8, 32 lanes, 4 words]
+    st: torch.Tensor  # fp32 [K / 128, N]
+    y32: torch.Tensor  # split-K workspace, kept zero: fp32 [8, N] and int32 counters
+    cnt: torch.Tensor
+
+
+def pack_mma(q: torch.Tensor, scales: torch.Tensor, group: int = 128) -> MmaWeights:
+    """quantize(w, 4, 128)'s output (uint8 [N, K / 2], value + 8 in nibbles) in the kernel's order."""
+    if group != 128:
+        raise ValueError(f"the kernel takes groups of 128, not {group}")
+    n, k = q.shape[0], q.shape[1] * 2
+    if n % 8 or k % 128:
+        raise ValueError(f"N ({n}) must be a multiple of 8 and K ({k}) of 128")
+    u = torch.stack([q & 0xF, q >> 4], -1).view(n, k).long().cpu()
+    lane = torch.arange(32)
+    col = (torch.arange(n // 8)[:, None] * 8 + lane // 4)[None, :, :, None, None]  # [1, T, 32, 1, 1]
+    kk = (torch.arange(k // 128)[:, None, None, None, None] * 128 + torch.arange(4)[:, None] * 32
+          + torch.tensor(OFFSETS) + 2 * (lane % 4)[:, None, None])  # [KB, 1, 32, 4, 8]
+    nib = u[col, kk]  # [KB, T, 32, 4, 8]
+    words = (nib << (4 * torch.arange(8))).sum(-1).numpy().astype(np.uint32).view(np.int32)
+    dev = q.device
+    return MmaWeights(torch.from_numpy(words).to(dev), scales.T.contiguous(), torch.zeros((8, n), device=dev),
+                      torch.zeros(n // 8, dtype=torch.int32, device=dev))
+
+
+def fragments(p: MmaWeights) -> np.ndarray:
+    """The dequantised weights [K, N] as the kernel hands them to mma, rebuilt from the words by the PTX ISA's B
+    fragment layout of m16n8k16 (b0: k = 2q, 2q + 1; b1: k = 2q + 8, 2q + 9; column lane // 4), not from OFFSETS."""
+    w = p.wq.cpu().numpy().view(np.uint32)  # [KB, T, 32, 4]
+    kb, t = w.shape[:2]
+    out = np.zeros((kb * 128, t * 8), np.float32)
+    nib = [((w >> np.uint32(4 * f)) & np.uint32(0xF)).astype(np.float32) - 8 for f in range(8)]
+    for lane in range(32):
+        g, q = divmod(lane, 4)
+        for i in range(4):
+            for j, (slice_, reg) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):  # d_j: slice 2i + slice_, b{reg}
+                k0 = 32 * i + 16 * slice_ + 2 * q + 8 * reg
+                for h in range(2):  # low half: nibble j, high half: nibble j + 4
+                    rows = np.arange(kb) * 128 + k0 + h
+                    out[rows[:, None], np.arange(t) * 8 + g] = nib[j + 4 * h][:, :, lane, i]
+    return out
+
+
+_BUILT: dict[str, object] = {}
+WRAPPER = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* st, void* y, float* y32, int* cnt,
+                                   int m, int n, int k, int tw, int warps, int splits, cudaStream_t stream);
+
+at::Tensor gemv(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& st, at::Tensor y32, at::Tensor cnt,
+                int64_t tw, int64_t warps, int64_t splits) {
+  TORCH_CHECK(x.scalar_type() == at::kHalf && x.is_contiguous(), "contiguous fp16 x expected");
+  const c10::cuda::CUDAGuard guard(x.device());
+  auto y = at::empty({x.size(0), st.size(1)}, x.options());
+  const cudaError_t err = w4_mma_gemv(x.data_ptr(), wq.data_ptr(), st.data_ptr<float>(), y.data_ptr(),
+                                      y32.data_ptr<float>(), cnt.data_ptr<int>(), x.size(0), st.size(1), x.size(1),
+                                      tw, warps, splits, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "w4_mma_gemv: ", cudaGetErrorString(err));
+  return y;
+}
+"""
+
+
+def build():
+    if "ext" not in _BUILT:
+        from torch.utils.cpp_extension import load_inline
+
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
+        _BUILT["ext"] = load_inline(name=f"w4mma_{hashlib.sha256(SRC.read_bytes()).hexdigest()[:10]}",
+                                    cpp_sources=WRAPPER, cuda_sources=SRC.read_text(), functions=["gemv"],
+                                    extra_cuda_cflags=["-O3", ARCH])
+    return _BUILT["ext"]
+
+
+def mma_gemv(x: torch.Tensor, p: MmaWeights, tw: int = 4, warps: int = 4, splits: int = 16) -> torch.Tensor:
+    return build().gemv(x.contiguous(), p.wq, p.st, p.y32, p.cnt, tw, warps, splits)

@@ -1,6 +1,7 @@
 """W4A16 decode GEMV on tensor cores in CUDA (csrc/w4_mma_gemv.cu), Marlin's layout idea: pack_mma orders the
-nibbles once so that what a lane dequantises is already its B fragment of mma.m16n8k16. Built with load_inline on
-an sm_90a GPU; the packing and its fragment mapping are checked on the CPU (fragments())."""
+nibbles once so that what a lane dequantises is already its B fragment of mma.m16n8k16. Built with load_inline for
+the GPU at hand (compute capability 8.0 or newer); the packing and its fragment mapping are checked on the CPU
+(fragments())."""
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-
-from snippets.gemm.hopper import ARCH
 
 SRC = Path(__file__).resolve().with_name("csrc") / "w4_mma_gemv.cu"
 # nibble f of a lane's word holds k = 32 i + OFFSETS[f] + 2 q (q = lane % 4) of column 8 tile + lane // 4:
@@ -33,15 +32,16 @@ def pack_mma(q: torch.Tensor, scales: torch.Tensor, group: int = 128) -> MmaWeig
     n, k = q.shape[0], q.shape[1] * 2
     if n % 8 or k % 128:
         raise ValueError(f"N ({n}) must be a multiple of 8 and K ({k}) of 128")
-    u = torch.stack([q & 0xF, q >> 4], -1).view(n, k).long().cpu()
-    lane = torch.arange(32)
-    col = (torch.arange(n // 8)[:, None] * 8 + lane // 4)[None, :, :, None, None]  # [1, T, 32, 1, 1]
-    kk = (torch.arange(k // 128)[:, None, None, None, None] * 128 + torch.arange(4)[:, None] * 32
-          + torch.tensor(OFFSETS) + 2 * (lane % 4)[:, None, None])  # [KB, 1, 32, 4, 8]
-    nib = u[col, kk]  # [KB, T, 32, 4, 8]
-    words = (nib << (4 * torch.arange(8))).sum(-1).numpy().astype(np.uint32).view(np.int32)
     dev = q.device
-    return MmaWeights(torch.from_numpy(words).to(dev), scales.T.contiguous(), torch.zeros((8, n), device=dev),
+    u = torch.stack([q & 0xF, q >> 4], -1).view(n, k).long()
+    lane = torch.arange(32, device=dev)
+    col = (torch.arange(n // 8, device=dev)[:, None] * 8 + lane // 4)[None, :, :, None, None]  # [1, T, 32, 1, 1]
+    kk = (torch.arange(k // 128, device=dev)[:, None, None, None, None] * 128
+          + torch.arange(4, device=dev)[:, None] * 32 + torch.tensor(OFFSETS, device=dev)
+          + 2 * (lane % 4)[:, None, None])  # [KB, 1, 32, 4, 8]
+    words = (u[col, kk] << (4 * torch.arange(8, device=dev))).sum(-1)  # [KB, T, 32, 4], 0 .. 2**32 - 1
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return MmaWeights(words, scales.T.contiguous(), torch.zeros((8, n), device=dev),
                       torch.zeros(n // 8, dtype=torch.int32, device=dev))
 
 
@@ -87,13 +87,18 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& st,
 
 
 def build():
+    """Compile for this GPU (mma.m16n8k16 in fp16 needs compute capability 8.0: A100, L4, H100/H200, not T4)."""
     if "ext" not in _BUILT:
         from torch.utils.cpp_extension import load_inline
 
-        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
-        _BUILT["ext"] = load_inline(name=f"w4mma_{hashlib.sha256(SRC.read_bytes()).hexdigest()[:10]}",
-                                    cpp_sources=WRAPPER, cuda_sources=SRC.read_text(), functions=["gemv"],
-                                    extra_cuda_cflags=["-O3", ARCH])
+        major, minor = torch.cuda.get_device_capability()
+        if major < 8:
+            raise RuntimeError(f"the W4 tensor-core GEMV needs compute capability 8.0 or newer, not {major}.{minor}")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+        cc, digest = f"{major}{minor}", hashlib.sha256(SRC.read_bytes()).hexdigest()[:10]
+        _BUILT["ext"] = load_inline(name=f"w4mma_{digest}_{cc}", cpp_sources=WRAPPER, cuda_sources=SRC.read_text(),
+                                    functions=["gemv"],
+                                    extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{cc},code=sm_{cc}"])
     return _BUILT["ext"]
 
 

@@ -1,7 +1,7 @@
 """W4A16 decode GEMV on tensor cores in CUDA (csrc/w4_mma_gemv.cu), Marlin's layout idea: pack_mma orders the
-nibbles once so that what a lane dequantises is already its B fragment of mma.m16n8k16. Built with load_inline for
-the GPU at hand (compute capability 8.0 or newer); the packing and its fragment mapping are checked on the CPU
-(fragments())."""
+nibbles once so that what a lane dequantises from one word is already its A fragment of mma.m16n8k16 (16 output
+features by 16 k), x being the B operand with the batch along n. Built with load_inline for the GPU at hand
+(compute capability 8.0 or newer); the packing and its fragment mapping are checked on the CPU (fragments())."""
 from __future__ import annotations
 
 import hashlib
@@ -13,13 +13,14 @@ import numpy as np
 import torch
 
 SRC = Path(__file__).resolve().with_name("csrc") / "w4_mma_gemv.cu"
-# nibble f of a lane's word holds k = 32 i + OFFSETS[f] + 2 q (q = lane % 4) of column 8 tile + lane // 4:
-# d_j (nibbles j, j + 4) is b0 (j = 0) and b1 (j = 1) of the word's first k16 slice, b0 and b1 of its second (j = 2, 3)
-OFFSETS = (0, 8, 16, 24, 1, 9, 17, 25)
+# nibble f of word s of a lane (g = lane // 4, q = lane % 4) holds output feature 16 tile + g + ROW[f] and
+# k = 128 group + 16 s + 2 q + KOFF[f]: d_j (nibbles j, j + 4) is register j of the A fragment
+ROW = (0, 8, 0, 8, 0, 8, 0, 8)
+KOFF = (0, 0, 8, 8, 1, 1, 9, 9)
 
 
 class MmaWeights(NamedTuple):
-    wq: torch.Tensor  # int32 [K / 128, N / 8, 32 lanes, 4 words]
+    wq: torch.Tensor  # int32 [K / 128, N / 16, 32 lanes, 8 words]
     st: torch.Tensor  # fp32 [K / 128, N]
     y32: torch.Tensor  # split-K workspace, kept zero: fp32 [8, N] and int32 counters
     cnt: torch.Tensor
@@ -30,36 +31,37 @@ def pack_mma(q: torch.Tensor, scales: torch.Tensor, group: int = 128) -> MmaWeig
     if group != 128:
         raise ValueError(f"the kernel takes groups of 128, not {group}")
     n, k = q.shape[0], q.shape[1] * 2
-    if n % 8 or k % 128:
-        raise ValueError(f"N ({n}) must be a multiple of 8 and K ({k}) of 128")
+    if n % 16 or k % 128:
+        raise ValueError(f"N ({n}) must be a multiple of 16 and K ({k}) of 128")
     dev = q.device
     u = torch.stack([q & 0xF, q >> 4], -1).view(n, k).long()
     lane = torch.arange(32, device=dev)
-    col = (torch.arange(n // 8, device=dev)[:, None] * 8 + lane // 4)[None, :, :, None, None]  # [1, T, 32, 1, 1]
+    feature = (torch.arange(n // 16, device=dev)[:, None, None] * 16 + (lane // 4)[:, None]
+               + torch.tensor(ROW, device=dev))[None, :, :, None, :]  # [1, T, 32, 1, 8]
     kk = (torch.arange(k // 128, device=dev)[:, None, None, None, None] * 128
-          + torch.arange(4, device=dev)[:, None] * 32 + torch.tensor(OFFSETS, device=dev)
-          + 2 * (lane % 4)[:, None, None])  # [KB, 1, 32, 4, 8]
-    words = (u[col, kk] << (4 * torch.arange(8, device=dev))).sum(-1)  # [KB, T, 32, 4], 0 .. 2**32 - 1
+          + torch.arange(8, device=dev)[:, None] * 16 + torch.tensor(KOFF, device=dev)
+          + 2 * (lane % 4)[:, None, None])  # [KB, 1, 32, 8, 8]
+    words = (u[feature, kk] << (4 * torch.arange(8, device=dev))).sum(-1)  # [KB, T, 32, 8], 0 .. 2**32 - 1
     words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
     return MmaWeights(words, scales.T.contiguous(), torch.zeros((8, n), device=dev),
-                      torch.zeros(n // 8, dtype=torch.int32, device=dev))
+                      torch.zeros(n // 16, dtype=torch.int32, device=dev))
 
 
 def fragments(p: MmaWeights) -> np.ndarray:
-    """The dequantised weights [K, N] as the kernel hands them to mma, rebuilt from the words by the PTX ISA's B
-    fragment layout of m16n8k16 (b0: k = 2q, 2q + 1; b1: k = 2q + 8, 2q + 9; column lane // 4), not from OFFSETS."""
-    w = p.wq.cpu().numpy().view(np.uint32)  # [KB, T, 32, 4]
+    """The dequantised weights [K, N] as the kernel hands them to mma, rebuilt from the words by the PTX ISA's A
+    fragment layout of m16n8k16 (register r: row g + 8 (r % 2), k = 2q + 8 (r // 2) and + 1; g = lane // 4,
+    q = lane % 4) and the dequantisation (register r from nibbles r and r + 4), not from ROW and KOFF."""
+    w = p.wq.cpu().numpy().view(np.uint32)  # [KB, T, 32, 8]
     kb, t = w.shape[:2]
-    out = np.zeros((kb * 128, t * 8), np.float32)
+    out = np.zeros((kb * 128, t * 16), np.float32)
     nib = [((w >> np.uint32(4 * f)) & np.uint32(0xF)).astype(np.float32) - 8 for f in range(8)]
     for lane in range(32):
         g, q = divmod(lane, 4)
-        for i in range(4):
-            for j, (slice_, reg) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):  # d_j: slice 2i + slice_, b{reg}
-                k0 = 32 * i + 16 * slice_ + 2 * q + 8 * reg
-                for h in range(2):  # low half: nibble j, high half: nibble j + 4
-                    rows = np.arange(kb) * 128 + k0 + h
-                    out[rows[:, None], np.arange(t) * 8 + g] = nib[j + 4 * h][:, :, lane, i]
+        for s in range(8):
+            for r in range(4):
+                for h in range(2):
+                    rows = np.arange(kb) * 128 + 16 * s + 2 * q + 8 * (r // 2) + h
+                    out[rows[:, None], np.arange(t) * 16 + g + 8 * (r % 2)] = nib[r + 4 * h][:, :, lane, s]
     return out
 
 
@@ -102,5 +104,5 @@ def build():
     return _BUILT["ext"]
 
 
-def mma_gemv(x: torch.Tensor, p: MmaWeights, tw: int = 4, warps: int = 4, splits: int = 16) -> torch.Tensor:
+def mma_gemv(x: torch.Tensor, p: MmaWeights, tw: int = 2, warps: int = 4, splits: int = 16) -> torch.Tensor:
     return build().gemv(x.contiguous(), p.wq, p.st, p.y32, p.cnt, tw, warps, splits)

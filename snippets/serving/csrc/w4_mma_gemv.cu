@@ -1,7 +1,8 @@
-// W4A16 decode GEMV on tensor cores, Marlin's idea: the weights are laid out once so that the two f16x2 registers
-// a lane dequantises from a nibble pair are already its B fragment of mma.m16n8k16; x is the A operand (rows 8..15
-// zero, rows M..7 a copy of row 0 whose outputs are dropped); the scale multiplies the fp32 accumulator once per
-// group of 128; loads run one group ahead of the arithmetic; split-K through atomics as in the Triton GEMV.
+// W4A16 decode GEMV on tensor cores, Marlin's idea: the weights are laid out once so that the four f16x2 registers
+// a lane dequantises from one word are already its A fragment of mma.m16n8k16 (16 output features by 16 k); x is
+// the B operand, the batch along n (up to 8 rows; lanes of rows >= M read row 0 and their outputs are dropped); the
+// scale multiplies the fp32 accumulator once per group of 128; loads run one group ahead of the arithmetic;
+// split-K through atomics as in the Triton GEMV.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -22,88 +23,98 @@ __device__ __forceinline__ void dequant(uint32_t w, uint32_t& d0, uint32_t& d1, 
   asm("fma.rn.f16x2 %0, %0, %1, %2;" : "+r"(d3) : "r"(sixteenth), "r"(offset));
 }
 
-// c += A B for one k16 slice: A rows 0..7 in a_lo (k 2q, 2q + 1) and a_hi (k 2q + 8, 2q + 9), rows 8..15 zero
-__device__ __forceinline__ void mma(float (&c)[4], uint32_t a_lo, uint32_t a_hi, uint32_t b0, uint32_t b1) {
+// c += A B for one k16 slice: A = one word's weights (a0: feature g, k 2q, 2q + 1; a1: feature g + 8; a2, a3: k + 8),
+// B = x (b0: k 2q, 2q + 1 of batch row g; b1: k 2q + 8, 2q + 9)
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b0), "r"(b1));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Block: WARPS warps, each TW tiles of 8 columns; grid (N / (8 TW WARPS), splits), each split `groups` groups of
-// 128 along K. wq: per (group, tile, lane) one uint4, word i covering k = 128 group + 32 i + the lane's offsets, so
-// that a warp's tiles of one group are adjacent and every address in the loop is a base plus a constant.
+// Block: WARPS warps, each TW tiles of 16 output features; grid (N / (16 TW WARPS), splits), each split `groups`
+// groups of 128 along K. wq: per (group, tile, lane) two uint4, word s the k16 slice s of the group, so that a
+// warp's tiles of one group are adjacent and every address in the loop is a base plus a constant.
 template <int TW, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
 gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __restrict__ st, half* __restrict__ y,
      float* __restrict__ y32, int* __restrict__ cnt, int m, int n, int k, int groups) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const int tile0 = (blockIdx.x * WARPS + warp) * TW, b0 = blockIdx.y * groups;
-  const bool row = g < m;  // lanes of rows >= m read row 0 of x: their output rows are never stored
-  const size_t wstep = (size_t)(n / 8) * 32;
-  const uint4* wp = wq + (size_t)b0 * wstep + tile0 * 32 + lane;
-  const uint32_t* xp = reinterpret_cast<const uint32_t*>(x) + (size_t)(row ? g : 0) * (k / 2) + b0 * 64 + q;
-  const float* sp = st + (size_t)b0 * n + tile0 * 8 + 2 * q;
-  float acc[TW][2] = {};
-  uint4 next[TW];
+  const size_t wstep = (size_t)(n / 16) * 64;  // uint4 per group
+  const uint4* wp = wq + (size_t)b0 * wstep + tile0 * 64 + lane * 2;
+  const uint32_t* xp = reinterpret_cast<const uint32_t*>(x) + (size_t)(g < m ? g : 0) * (k / 2) + b0 * 64 + q;
+  const float* sp = st + (size_t)b0 * n + tile0 * 16 + g;
+  float acc[TW][4] = {};
+  uint4 next[TW][2];
   uint32_t x_lo[8], x_hi[8];  // the next group's 8 slices of x: (k 2q, 2q + 1) and (k 2q + 8, 2q + 9) of row g
 #pragma unroll
-  for (int t = 0; t < TW; ++t) next[t] = __ldg(wp + t * 32);
+  for (int t = 0; t < TW; ++t) {
+    next[t][0] = __ldg(wp + t * 64);
+    next[t][1] = __ldg(wp + t * 64 + 1);
+  }
 #pragma unroll
   for (int s = 0; s < 8; ++s) {
     x_lo[s] = __ldg(xp + 8 * s);
     x_hi[s] = __ldg(xp + 8 * s + 4);
   }
   for (int it = 0; it < groups; ++it, wp += wstep, xp += 64, sp += n) {
-    uint4 cur[TW];
-    uint32_t a_lo[8], a_hi[8];
+    uint4 cur[TW][2];
+    uint32_t b_lo[8], b_hi[8];
     // the next group's loads go out before this group's arithmetic (the last group reloads itself)
     const size_t ahead = it + 1 < groups ? wstep : 0;
     const int x_ahead = it + 1 < groups ? 64 : 0;
 #pragma unroll
     for (int t = 0; t < TW; ++t) {
-      cur[t] = next[t];
-      next[t] = __ldg(wp + ahead + t * 32);
+      cur[t][0] = next[t][0];
+      cur[t][1] = next[t][1];
+      next[t][0] = __ldg(wp + ahead + t * 64);
+      next[t][1] = __ldg(wp + ahead + t * 64 + 1);
     }
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
-      a_lo[s] = x_lo[s];
-      a_hi[s] = x_hi[s];
+      b_lo[s] = x_lo[s];
+      b_hi[s] = x_hi[s];
       x_lo[s] = __ldg(xp + x_ahead + 8 * s);
       x_hi[s] = __ldg(xp + x_ahead + 8 * s + 4);
     }
 #pragma unroll
     for (int t = 0; t < TW; ++t) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
-      const uint32_t w[4] = {cur[t].x, cur[t].y, cur[t].z, cur[t].w};
+      const uint32_t w[8] = {cur[t][0].x, cur[t][0].y, cur[t][0].z, cur[t][0].w,
+                             cur[t][1].x, cur[t][1].y, cur[t][1].z, cur[t][1].w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int s = 0; s < 8; ++s) {
         uint32_t d0, d1, d2, d3;
-        dequant(w[i], d0, d1, d2, d3);
-        mma(c, a_lo[2 * i], a_hi[2 * i], d0, d1);  // slice 2i: b0 = k 2q, 2q + 1; b1 = k 2q + 8, 2q + 9
-        mma(c, a_lo[2 * i + 1], a_hi[2 * i + 1], d2, d3);
+        dequant(w[s], d0, d1, d2, d3);
+        mma(c, d0, d1, d2, d3, b_lo[s], b_hi[s]);
       }
-      const float2 s = __ldg(reinterpret_cast<const float2*>(sp + t * 8));
-      acc[t][0] += c[0] * s.x;  // row g, columns 2q and 2q + 1 of the tile
-      acc[t][1] += c[1] * s.y;
+      const float s_lo = __ldg(sp + t * 16), s_hi = __ldg(sp + t * 16 + 8);  // features g and g + 8
+      acc[t][0] += c[0] * s_lo;  // feature g, batch rows 2q and 2q + 1
+      acc[t][1] += c[1] * s_lo;
+      acc[t][2] += c[2] * s_hi;  // feature g + 8
+      acc[t][3] += c[3] * s_hi;
     }
   }
+  // c[r] is feature g + 8 (r / 2) of batch row 2q + r % 2
   if (gridDim.y == 1) {
-    if (g < m)
 #pragma unroll
-      for (int t = 0; t < TW; ++t)
-        *reinterpret_cast<half2*>(y + (size_t)g * n + (tile0 + t) * 8 + 2 * q) = __floats2half2_rn(acc[t][0], acc[t][1]);
+    for (int t = 0; t < TW; ++t)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (2 * q + r % 2 < m)
+          y[(size_t)(2 * q + r % 2) * n + (tile0 + t) * 16 + g + 8 * (r / 2)] = __float2half_rn(acc[t][r]);
     return;
   }
   // split-K: fp32 sums by atomics; the column block's last split writes y and re-zeroes the sums and its counter
-  if (g < m)
 #pragma unroll
-    for (int t = 0; t < TW; ++t) {
-      float* p = y32 + (size_t)g * n + (tile0 + t) * 8 + 2 * q;
-      atomicAdd(p, acc[t][0]);
-      atomicAdd(p + 1, acc[t][1]);
-    }
+  for (int t = 0; t < TW; ++t)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (2 * q + r % 2 < m)
+        atomicAdd(y32 + (size_t)(2 * q + r % 2) * n + (tile0 + t) * 16 + g + 8 * (r / 2), acc[t][r]);
   __threadfence();
   __syncthreads();
   __shared__ int last;
@@ -111,23 +122,24 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (g < m)
 #pragma unroll
-    for (int t = 0; t < TW; ++t) {
-      float* p = y32 + (size_t)g * n + (tile0 + t) * 8 + 2 * q;
-      const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
-      *reinterpret_cast<half2*>(y + (size_t)g * n + (tile0 + t) * 8 + 2 * q) = __floats2half2_rn(v.x, v.y);
-      *reinterpret_cast<float2*>(p) = make_float2(0.f, 0.f);
-    }
+  for (int t = 0; t < TW; ++t)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (2 * q + r % 2 < m) {
+        const size_t i = (size_t)(2 * q + r % 2) * n + (tile0 + t) * 16 + g + 8 * (r / 2);
+        y[i] = __float2half_rn(__ldcg(y32 + i));
+        y32[i] = 0.f;
+      }
   if (threadIdx.x == 0) cnt[blockIdx.x] = 0;
 }
 
 }  // namespace w4mma
 
-// y [m, n] = x [m, k] (fp16, m <= 8) times the packed W4 weights; y32 [m, n] fp32 and cnt [n / 8] int32 kept zero
+// y [m, n] = x [m, k] (fp16, m <= 8) times the packed W4 weights; y32 [m, n] fp32 and cnt [n / 16] int32 kept zero
 extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* st, void* y, float* y32, int* cnt,
                                    int m, int n, int k, int tw, int warps, int splits, cudaStream_t stream) {
-  const int cols = 8 * tw * warps, groups = k / 128 / splits;
+  const int cols = 16 * tw * warps, groups = k / 128 / splits;
   if (m < 1 || m > 8 || n % cols || k % (128 * splits)) return cudaErrorInvalidValue;
   const dim3 grid(n / cols, splits), block(32 * warps);
   const auto* xh = static_cast<const half*>(x);
@@ -138,7 +150,7 @@ extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* s
     w4mma::gemv<TW, WARPS><<<grid, block, 0, stream>>>(xh, w, st, yh, y32, cnt, m, n, k, groups); \
     return cudaGetLastError(); \
   }
-  W4_CASE(4, 2) W4_CASE(4, 4) W4_CASE(4, 8) W4_CASE(8, 2) W4_CASE(8, 4)
+  W4_CASE(1, 4) W4_CASE(1, 8) W4_CASE(2, 2) W4_CASE(2, 4) W4_CASE(2, 8)
 #undef W4_CASE
   return cudaErrorInvalidConfiguration;
 }

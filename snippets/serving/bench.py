@@ -116,8 +116,8 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
-    skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), ("cuda", tiles of 16 features per
-    warp, warps, splits) the CUDA tensor-core W4 kernel of mma_gemv (fp16 x, up to 8 rows, W4 only), or ("mma", block_n,
+    skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), ("cuda", tw, kw, stages, splits)
+    the CUDA tensor-core W4 kernel of mma_gemv.mma_gemv (fp16 x, up to 8 rows, W4 only), or ("mma", block_n,
     block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error (against
     dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
     time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many bytes as the

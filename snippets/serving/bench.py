@@ -121,19 +121,23 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error (against
     dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
     time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many bytes as the
-    packed weights (N * bits / 16 rows). Everything is timed by rotated_ms, the 16-bit layer in x's dtype and in
-    bf16 (dense_bf16_ms); the dense layer also with the L2 flushed (dense_flushed_ms), to show what the flush costs a
-    read this small."""
+    packed weights (N * bits / 16 rows). Everything is timed by rotated_ms. The 16-bit layer runs in x's dtype and
+    in bf16 (dense_by_dtype_ms), and the faster of the two is the baseline of every speedup (dense_ms, dense_dtype),
+    the same-bytes layer running in it too; the baseline also with the L2 flushed (dense_flushed_ms), to show what
+    the flush costs a read this small."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
-    wd = w.to(dtype)
-    dense = [wd.clone() for _ in range(copies_for(wd.nbytes, device))]
-    xb, dense_b = x.bfloat16(), [d.bfloat16() for d in dense]
-    out = {"m": m, "dense_ms": rotated_ms([lambda d=d: x @ d.T for d in dense], device),
-           "dense_bf16_ms": rotated_ms([lambda d=d: xb @ d.T for d in dense_b], device),
-           "dense_flushed_ms": bench_ms(graphed(lambda: x @ wd.T, device), device)}
-    del dense_b
+    by_dtype = {}
+    for dt in dict.fromkeys((dtype, torch.bfloat16)):
+        xd, dense = x.to(dt), [w.to(dt) for _ in range(copies_for(w.nbytes // 2, device))]
+        by_dtype[dt] = rotated_ms([lambda d=d: xd @ d.T for d in dense], device)
+        del dense
+    fast = min(by_dtype, key=by_dtype.get)
+    xf, wf = x.to(fast), w.to(fast)
+    out = {"m": m, "dense_ms": by_dtype[fast], "dense_dtype": str(fast).removeprefix("torch."),
+           "dense_by_dtype_ms": {str(dt).removeprefix("torch."): ms for dt, ms in by_dtype.items()},
+           "dense_flushed_ms": bench_ms(graphed(lambda: xf @ wf.T, device), device)}
     rows = {"gemv": quant.GEMV_MAX_ROWS, "gemv2": quant.GEMV_MAX_ROWS, "cuda": 8}  # the most rows each kind takes
     applicable = [c for c in configs if m <= rows.get(c[0], m)]
     pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()), "cuda": lambda q, s, bits: mma_gemv.pack_mma(q, s, group),
@@ -171,8 +175,8 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         if read is not None:
             out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read
-            same = [wd[: n * bits // 16].clone() for _ in range(copies_for(wd.nbytes * bits // 16, device))]
-            ms = rotated_ms([lambda d=d: x @ d.T for d in same], device)
+            same = [wf[: n * bits // 16].clone() for _ in range(copies_for(wf.nbytes * bits // 16, device))]
+            ms = rotated_ms([lambda d=d: xf @ d.T for d in same], device)
             out[f"w{bits}_same_bytes_ms"], out[f"w{bits}_same_bytes_speedup"] = ms, out["dense_ms"] / ms
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
         del layers

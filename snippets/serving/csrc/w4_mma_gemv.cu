@@ -85,6 +85,7 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
   __syncthreads();
   // rows >= m read row 0; their outputs are dropped
   const uint4* xl = xs + (g < m ? g : 0) * row16 + warp * groups * 16 + q * 4;
+  // --8<-- [start:loop]
   float acc[TW][4] = {};
   for (int it = 0; it < groups; it += STAGES) {
 #pragma unroll
@@ -122,19 +123,21 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
       }
     }
   }
-  if (KW > 1) {  // warp 0 adds the other warps' sums
-    __shared__ float part[KW][TW][4][32];
+  // --8<-- [end:loop]
+  if (KW > 1) {  // warp 0 adds the other warps' sums, in the shared memory x is done with
+    float* part = reinterpret_cast<float*>(xs);  // [KW][TW][4][32]
+    __syncthreads();
 #pragma unroll
     for (int t = 0; t < TW; ++t)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) part[warp][t][r][lane] = acc[t][r];
+      for (int r = 0; r < 4; ++r) part[((warp * TW + t) * 4 + r) * 32 + lane] = acc[t][r];
     __syncthreads();
 #pragma unroll
     for (int w = 1; w < KW; ++w)
 #pragma unroll
       for (int t = 0; t < TW; ++t)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[t][r] += part[w][t][r][lane];
+        for (int r = 0; r < 4; ++r) acc[t][r] += part[((w * TW + t) * 4 + r) * 32 + lane];
   }
   const bool lead = warp == 0;
   // c[r] is feature g + 8 (r / 2) of batch row 2q + r % 2
@@ -182,7 +185,7 @@ extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* s
                                    int m, int n, int k, int tw, int kw, int stages, int splits,
                                    cudaStream_t stream) {
   const int groups = k / 128 / splits / kw;  // per warp
-  const int smem = m * (k / splits) * 2;
+  const int smem = max(m * (k / splits) * 2, kw * tw * 4 * 32 * 4);  // the slice of x, then the warps' sums
   if (m < 1 || m > 8 || n % (16 * tw) || k % (128 * splits * kw) || groups % stages) return cudaErrorInvalidValue;
   const dim3 grid(n / (16 * tw), splits), block(32 * kw);
   const auto* xh = static_cast<const half*>(x);
@@ -191,7 +194,7 @@ extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* s
 #define W4_CASE(TW, KW, STAGES) \
   if (tw == TW && kw == KW && stages == STAGES) { \
     auto* f = w4mma::gemv<TW, KW, STAGES>; \
-    if (smem > 48 * 1024) { \
+    if (smem > 47 * 1024) { /* 48 KB without opting in, the static `last` flag included */ \
       const cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem); \
       if (err != cudaSuccess) return err; \
     } \

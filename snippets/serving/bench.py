@@ -13,7 +13,7 @@ import torch
 from snippets.common.timing import bench_ms
 from snippets.paged_kv.bench import graphed
 from snippets.paged_kv.model import TinyDecoder
-from snippets.serving import lm, quant, scheduler
+from snippets.serving import lm, mma_gemv, quant, scheduler
 from snippets.serving import speculative as sp
 
 
@@ -116,34 +116,48 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
-    skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), or ("mma", block_n, block_k, warps,
-    stages, split_k), the tensor-core one. The kernel error
-    (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds:
-    the fastest time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many
-    bytes as the packed weights (N * bits / 16 rows). Everything is timed by rotated_ms; the dense layer also with
-    the L2 flushed (dense_flushed_ms), to show what the flush costs a read this small."""
+    skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), ("cuda", tw, kw, stages, splits)
+    the CUDA tensor-core W4 kernel of mma_gemv.mma_gemv (fp16 x, up to 8 rows, W4 only), or ("mma", block_n,
+    block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error (against
+    dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
+    time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many bytes as the
+    packed weights (N * bits / 16 rows). Everything is timed by rotated_ms. The 16-bit layer runs in x's dtype and
+    in bf16 (dense_by_dtype_ms), and the faster of the two is the baseline of every speedup (dense_ms, dense_dtype),
+    the same-bytes layer running in it too; the baseline also with the L2 flushed (dense_flushed_ms), to show what
+    the flush costs a read this small."""
     g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
-    wd = w.to(dtype)
-    dense = [wd.clone() for _ in range(copies_for(wd.nbytes, device))]
-    out = {"m": m, "dense_ms": rotated_ms([lambda d=d: x @ d.T for d in dense], device),
-           "dense_flushed_ms": bench_ms(graphed(lambda: x @ wd.T, device), device)}
-    configs = [c for c in configs if c[0] == "mma" or m <= quant.GEMV_MAX_ROWS]  # the rest do not apply
+    by_dtype = {}
+    for dt in dict.fromkeys((dtype, torch.bfloat16)):
+        xd, dense = x.to(dt), [w.to(dt) for _ in range(copies_for(w.nbytes // 2, device))]
+        by_dtype[dt] = rotated_ms([lambda d=d: xd @ d.T for d in dense], device)
+        del dense
+    fast = min(by_dtype, key=by_dtype.get)
+    xf, wf = x.to(fast), w.to(fast)
+    out = {"m": m, "dense_ms": by_dtype[fast], "dense_dtype": str(fast).removeprefix("torch."),
+           "dense_by_dtype_ms": {str(dt).removeprefix("torch."): ms for dt, ms in by_dtype.items()},
+           "dense_flushed_ms": bench_ms(graphed(lambda: xf @ wf.T, device), device)}
+    rows = {"gemv": quant.GEMV_MAX_ROWS, "gemv2": quant.GEMV_MAX_ROWS, "cuda": 8}  # the most rows each kind takes
+    applicable = [c for c in configs if m <= rows.get(c[0], m)]
+    pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()), "cuda": lambda q, s, bits: mma_gemv.pack_mma(q, s, group),
+            "gemv": lambda q, s, bits: quant.pack_gemv(q, s, bits, group),
+            "gemv2": lambda q, s, bits: quant.pack_gemv(q, s, bits, group, paired=True)}
     for bits in (8, 4):
+        configs = [c for c in applicable if c[0] != "cuda" or bits == 4]  # the CUDA kernel is W4 only
         q, s = quant.quantize(w, bits, group)
         nbytes = q.nbytes + s.nbytes
         layers = {}  # the copies each kind of kernel reads
         for kind in {c[0] for c in configs}:
-            layers[kind] = [(q.clone(), s.clone()) if kind == "mma" else
-                            quant.pack_gemv(q, s, bits, group, paired=kind == "gemv2")
-                            for _ in range(copies_for(nbytes, device))]
+            layers[kind] = [pack[kind](q, s, bits) for _ in range(copies_for(nbytes, device))]
         deq = quant.dequantize(q, s, bits, group)
         ref = x.float() @ deq.to(dtype).float().T
         best, read, by_kind = None, None, {}
         for kind, *cfg in configs:
             if kind == "mma":
                 fns = [lambda c=c: quant.wq_matmul(x, *c, bits, group, *cfg) for c in layers[kind]]
+            elif kind == "cuda":
+                fns = [lambda p=p: mma_gemv.mma_gemv(x, p, *cfg) for p in layers[kind]]
             else:
                 fns = [lambda p=p: quant.wq_gemv(x, p, *cfg) for p in layers[kind]]
             y = graphed(fns[0], device)()
@@ -154,15 +168,15 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
             by_kind[kind] = min(ms, by_kind.get(kind, ms))
             if best is None or ms < best[0]:
                 best = (ms, (kind, *cfg))
-            if kind != "mma":
+            if kind in ("gemv", "gemv2"):
                 ms = rotated_ms([lambda p=p: quant.read_words(p, k, *cfg[:4]) for p in layers[kind]], device)
                 read = ms if read is None else min(read, ms)
         out[f"w{bits}_ms"], out[f"w{bits}_config"], out[f"w{bits}_by_kind_ms"] = *best, by_kind
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         if read is not None:
             out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read
-            same = [wd[: n * bits // 16].clone() for _ in range(copies_for(wd.nbytes * bits // 16, device))]
-            ms = rotated_ms([lambda d=d: x @ d.T for d in same], device)
+            same = [wf[: n * bits // 16].clone() for _ in range(copies_for(wf.nbytes * bits // 16, device))]
+            ms = rotated_ms([lambda d=d: xf @ d.T for d in same], device)
             out[f"w{bits}_same_bytes_ms"], out[f"w{bits}_same_bytes_speedup"] = ms, out["dense_ms"] / ms
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
         del layers

@@ -249,9 +249,13 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
     q = bench.quant_gemm(8, 64, 256, torch.bfloat16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0), ("mma", 32, 128, 4, 2, 1)])
     assert q["w8_config"] == q["w4_config"] == ("mma", 32, 128, 4, 2, 1)  # 8 rows: the CUDA-core one is not tried
     assert "w4_read_ms" not in q
-    q = bench.quant_gemm(1, 64, 256, torch.bfloat16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0)])
+    q = bench.quant_gemm(1, 64, 256, torch.float16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0)])
     assert q["w4_config"] == ("gemv", 16, 64, 128, 2, 0) and q["w4_read_ms"] > 0 and q["w8_read_speedup"] > 0
     assert q["w4_same_bytes_ms"] > 0 and q["w8_same_bytes_speedup"] > 0
+    # fp16 x: cuBLAS (here the CPU matmul) also in bf16, and the faster of the two is every speedup's baseline
+    by_dtype = q["dense_by_dtype_ms"]
+    assert set(by_dtype) == {"float16", "bfloat16"} and q["dense_dtype"] == min(by_dtype, key=by_dtype.get)
+    assert q["dense_ms"] == min(by_dtype.values()) and q["w4_speedup"] == q["dense_ms"] / q["w4_ms"]
     from snippets.serving import quant
     w8, s8 = quant.quantize(torch.randn(8, 256), 8, 128)
     with pytest.raises(ValueError, match="split into 3 slices"):

@@ -278,11 +278,12 @@ def test_read_words_reads_every_word():
 
 
 GEMV_SM90 = r"""
-import collections, json, os, re, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from snippets.serving import quant
+from tests.sass_loop import loop_ops
 
 fn, out = quant._wq_gemv_kernel, []
 for bits, bn, step, warps, prefetch, paired in json.loads(sys.argv[1]):
@@ -303,10 +304,7 @@ for bits, bn, step, warps, prefetch, paired in json.loads(sys.argv[1]):
     open(os.path.join(d, "k.cubin"), "wb").write(c.asm["cubin"])
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     sass = subprocess.run([tool, "-sass", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True).stdout
-    code = [(int(a, 16), i) for a, i in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)]
-    back = [(int(t, 16), a) for a, i in code for t in re.findall(r"BRA\s.*?0x([0-9a-f]+)", i) if int(t, 16) < a]
-    lo, hi = max(back, key=lambda r: r[1] - r[0])  # the K loop: the longest backward branch
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
+    ops = loop_ops(sass)  # the K loop
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     marks = [r"atom\.global\.gpu\.relaxed\.add\.f32", r"bar\.sync", r"atom\.global\.gpu\.acq_rel\.add\.u32",
              r"bar\.sync", r"ld\.global\.cg"]

@@ -2,13 +2,13 @@
 fragment layout on the CPU, its sm_90a build, and on a GPU its result."""
 import re
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from sass_loop import loop_ops
 from snippets.common.cuda_tools import find_nvcc
 from snippets.serving import mma_gemv, quant
 
@@ -32,11 +32,7 @@ def test_kernel_builds_for_sm90a_without_spills_and_one_hmma_per_word():
     for name, stats in built["ptxas"].items():
         tw, stages = map(int, re.search(r"gemvILi(\d+)ELi\d+ELi(\d+)E", name).groups())
         assert stats["spill_stores"] == stats["spill_loads"] == 0, (name, stats)
-        body = text.split(name, 1)[1].split("Function : ", 1)[0]
-        code = [(int(a, 16), i) for a, i in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", body)]
-        back = [(int(t, 16), a) for a, i in code for t in re.findall(r"BRA\s.*?0x([0-9a-f]+)", i) if int(t, 16) < a]
-        lo, hi = max(back, key=lambda r: r[1] - r[0])  # the loop over groups
-        ops = Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
+        ops = loop_ops(text.split(name, 1)[1].split("Function : ", 1)[0])  # the loop over groups
         words = 8 * tw * stages  # per lane in the loop's body (a group per stage)
         assert ops["HMMA"] == words and ops["LOP3"] == 4 * words, (name, ops)
         # sm_90a, nvcc 13.0: 12.1 instructions per word at TW = 4, 12.8-13.6 at 2, 13.8-15.4 at 1 (the f16x2 Triton

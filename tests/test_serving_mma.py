@@ -29,8 +29,10 @@ def test_kernel_builds_for_sm90a_without_spills_and_one_hmma_per_word():
     with tempfile.TemporaryDirectory() as d:
         built = hopper.compile_source(mma_gemv.SRC, Path(d) / "w4.cubin")
         text = hopper.sass(Path(d) / "w4.cubin")
+    assert len(built["ptxas"]) == 8  # four configurations, fp16 and bf16
     for name, stats in built["ptxas"].items():
-        tw, stages = map(int, re.search(r"gemvILi(\d+)ELi\d+ELi(\d+)E", name).groups())
+        dtype, tw, stages = re.search(r"gemvI(\w+?)Li(\d+)ELi\d+ELi(\d+)E", name).groups()
+        tw, stages, bf16 = int(tw), int(stages), "bfloat16" in dtype
         assert stats["spill_stores"] == stats["spill_loads"] == 0, (name, stats)
         body = text.split(name, 1)[1].split("Function : ", 1)[0]
         code = [(int(a, 16), i) for a, i in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", body)]
@@ -39,19 +41,48 @@ def test_kernel_builds_for_sm90a_without_spills_and_one_hmma_per_word():
         ops = Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
         words = 8 * tw * stages  # per lane in the loop's body (a group per stage)
         assert ops["HMMA"] == words and ops["LOP3"] == 4 * words, (name, ops)
-        # sm_90a, nvcc 13.0: 12.1 instructions per word at TW = 4, 12.8-13.6 at 2, 13.8-15.4 at 1 (the f16x2 Triton
-        # GEMV: about 24)
-        assert sum(ops.values()) <= {4: 12.5, 2: 14.0, 1: 16.0}[tw] * words, (name, ops)
+        # sm_90a, nvcc 13.0, fp16: 12.0 instructions per word at TW = 4, 12.8-13.3 at 2, 15.4 at 1 (the f16x2 Triton
+        # GEMV: about 24); bf16 two more (the shifts of the high nibbles)
+        assert sum(ops.values()) <= ({4: 12.5, 2: 14.0, 1: 16.0}[tw] + 2 * bf16) * words, (name, ops)
+
+
+def _bits_to_float(t: np.ndarray, bf16: bool) -> np.ndarray:
+    """[..., 2] halves of uint32 words as float32."""
+    halves = np.stack([t & np.uint32(0xFFFF), t >> np.uint32(16)], -1)
+    if bf16:
+        return (halves << np.uint32(16)).view(np.float32)
+    return halves.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_dequantisation_gives_register_j_nibbles_j_and_j_plus_4(bf16):
+    """The kernel's dequant and dequant_bf16, in numpy with the constants of the PTX: from a word with nibbles u_f,
+    register d_j holds u_j - 8 in its low half and u_(j+4) - 8 in its high half, exactly (fragments() assumes it)."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+    for j in range(4):
+        if bf16:  # shift by 4j, LOP3 under 0x4300 (128 + u), HFMA2 times 1 minus 136
+            d = _bits_to_float((w >> np.uint32(4 * j)) & np.uint32(0x000F000F) | np.uint32(0x43004300), True) - 136
+        elif j % 2 == 0:  # shift by 4j, LOP3 under 0x6400 (1024 + u), HSUB2 1032
+            d = _bits_to_float((w >> np.uint32(4 * j)) & np.uint32(0x000F000F) | np.uint32(0x64006400), False) - 1032
+        else:  # in place (1024 + 16 u), HFMA2 times 1/16 minus 72
+            t = (w >> np.uint32(4 * (j - 1))) & np.uint32(0x00F000F0) | np.uint32(0x64006400)
+            d = _bits_to_float(t, False) / 16 - 72
+        for h in range(2):
+            want = ((w >> np.uint32(4 * (j + 4 * h))) & np.uint32(0xF)).astype(np.float32) - 8
+            assert np.array_equal(d[:, h], want), (j, h)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs an sm_90a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("m", [1, 3, 8])
-def test_kernel_matches_dequantise_then_multiply(m):
+def test_kernel_matches_dequantise_then_multiply(m, dtype):
     q, s = quant.quantize(torch.randn(512, 2048, device="cuda") / 32, 4)
     p = mma_gemv.pack_mma(q, s)
-    x = torch.randn(m, 2048, device="cuda").half()
-    ref = x.float() @ quant.dequantize(q, s, 4).half().float().T
+    x = torch.randn(m, 2048, device="cuda").to(dtype)
+    ref = x.float() @ quant.dequantize(q, s, 4).to(dtype).float().T
+    tol = 1e-3 if dtype == torch.float16 else 1e-2  # y is rounded to x's dtype
     for tw, stages, splits in ((2, 1, 1), (1, 2, 1), (4, 2, 1), (2, 1, 2), (2, 1, 2)):  # twice split: the workspace
-        y = mma_gemv.mma_gemv(x, p, tw=tw, kw=8, stages=stages, splits=splits)   # must come back zeroed
-        assert ((y.float() - ref).norm() / ref.norm()).item() < 1e-3, (tw, stages, splits)
+        y = mma_gemv.mma_gemv(x, p, tw=tw, kw=8, stages=stages, splits=splits)  # must come back zeroed
+        assert y.dtype == dtype and ((y.float() - ref).norm() / ref.norm()).item() < tol, (tw, stages, splits)

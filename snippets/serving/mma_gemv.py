@@ -1,6 +1,6 @@
 """W4A16 decode GEMV on tensor cores in CUDA (csrc/w4_mma_gemv.cu), Marlin's layout idea: pack_mma orders the
 nibbles once so that what a lane dequantises from one word is already its A fragment of mma.m16n8k16 (16 output
-features by 16 k), x being the B operand with the batch along n. Built with load_inline for the GPU at hand
+features by 16 k), x (fp16 or bf16) being the B operand with the batch along n. Built with load_inline for the GPU at hand
 (compute capability 8.0 or newer); the packing and its fragment mapping are checked on the CPU (fragments())."""
 from __future__ import annotations
 
@@ -83,17 +83,19 @@ WRAPPER = r"""
 #include <c10/cuda/CUDAStream.h>
 
 extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* st, void* y, float* y32, int* cnt,
-                                   int m, int n, int k, int tw, int kw, int stages, int splits,
+                                   int m, int n, int k, int bf16, int tw, int kw, int stages, int splits,
                                    cudaStream_t stream);
 
 at::Tensor gemv(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& st, at::Tensor y32, at::Tensor cnt,
                 int64_t tw, int64_t kw, int64_t stages, int64_t splits) {
-  TORCH_CHECK(x.scalar_type() == at::kHalf && x.is_contiguous(), "contiguous fp16 x expected");
+  TORCH_CHECK((x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16) && x.is_contiguous(),
+              "contiguous fp16 or bf16 x expected");
   const c10::cuda::CUDAGuard guard(x.device());
   auto y = at::empty({x.size(0), st.size(1)}, x.options());
   const cudaError_t err = w4_mma_gemv(x.data_ptr(), wq.data_ptr(), st.data_ptr<float>(), y.data_ptr(),
                                       y32.data_ptr<float>(), cnt.data_ptr<int>(), x.size(0), st.size(1), x.size(1),
-                                      tw, kw, stages, splits, c10::cuda::getCurrentCUDAStream());
+                                      x.scalar_type() == at::kBFloat16, tw, kw, stages, splits,
+                                      c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "w4_mma_gemv: ", cudaGetErrorString(err));
   return y;
 }

@@ -1,10 +1,14 @@
-// W4A16 decode GEMV on tensor cores, Marlin's idea: the weights are laid out once so that the four f16x2 registers
-// a lane dequantises from one word are already its A fragment of mma.m16n8k16 (16 output features by 16 k); x is
-// the B operand, the batch along n (up to 8 rows; lanes of rows >= M read row 0 and their outputs are dropped); the
-// scale multiplies the fp32 accumulator once per group of 128; loads run STAGES groups ahead of the arithmetic;
-// split-K through atomics as in the Triton GEMV.
+// W4A16 decode GEMV on tensor cores, Marlin's idea: the weights are laid out once so that the four 16-bit pairs a
+// lane dequantises from one word are already its A fragment of mma.m16n8k16 (16 output features by 16 k); x (fp16
+// or bf16) is the B operand, the batch along n (up to 8 rows; lanes of rows >= M read row 0 and their outputs are
+// dropped); the scale multiplies the fp32 accumulator once per group of 128; loads run STAGES groups ahead of the
+// arithmetic; the warps of a block divide K and add in shared memory, and splits > 1 divides K among blocks too,
+// through atomics as in the Triton GEMV.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 namespace w4mma {
 
@@ -23,17 +27,42 @@ __device__ __forceinline__ void dequant(uint32_t w, uint32_t& d0, uint32_t& d1, 
   asm("fma.rn.f16x2 %0, %0, %1, %2;" : "+r"(d3) : "r"(sixteenth), "r"(offset));
 }
 
+// bf16 has 7 mantissa bits, so the high nibbles cannot stay in place: shifts by 4, 8 and 12 bring each pair to bits
+// 0-3 and 16-19; (w & 0xF) | 0x4300 = 128 + u, and one HFMA2 (times 1, minus 136) leaves u - 8.
+__device__ __forceinline__ void dequant_bf16(uint32_t w, uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3) {
+  asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d0) : "r"(w));
+  asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d1) : "r"(w >> 4));
+  asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d2) : "r"(w >> 8));
+  asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d3) : "r"(w >> 12));
+  const uint32_t one = 0x3F803F80u, offset = 0xC308C308u;
+  asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(d0) : "r"(one), "r"(offset));
+  asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(d1) : "r"(one), "r"(offset));
+  asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(d2) : "r"(one), "r"(offset));
+  asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(d3) : "r"(one), "r"(offset));
+}
+
 // c += A B for one k16 slice (k: the instruction's index in the slice; gemv says which k of the group it takes):
 // A = one word's weights (a0: feature g, k 2q, 2q + 1; a1: feature g + 8; a2, a3: k + 8), B = x (b0: k 2q, 2q + 1
 // of batch row g; b1: k 2q + 8, 2q + 9)
+template <typename T>
 __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  if constexpr (std::is_same<T, half>::value)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+__device__ __forceinline__ void store(half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // Weights are read once: past L1 (no_allocate), which keeps x and the scales, read by several lanes.
 __device__ __forceinline__ uint4 load_once(const uint4* p) {
@@ -63,9 +92,9 @@ __device__ __forceinline__ void load_group(uint4 (&w)[TW][2], float (&s)[TW][2],
 // a warp reads 512 contiguous bytes. The weights and scales of STAGES groups are in flight while one is multiplied;
 // the block's slice of x sits in shared memory. Along K, lane q's registers of slice s take x[32 q + 4 s .. + 3] of
 // the group (pack_mma orders the weights to match), so a lane reads its x as four uint4.
-template <int TW, int KW, int STAGES>
+template <typename T, int TW, int KW, int STAGES>
 __global__ void __launch_bounds__(KW * 32)
-gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __restrict__ st, half* __restrict__ y,
+gemv(const T* __restrict__ x, const uint4* __restrict__ wq, const float* __restrict__ st, T* __restrict__ y,
      float* __restrict__ y32, int* __restrict__ cnt, int m, int n, int k, int groups) {
   extern __shared__ uint4 xs[];  // m rows of the block's K slice of x, KW * groups * 16 uint4 each
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -113,8 +142,11 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
           uint32_t d0, d1, d2, d3;
-          dequant(w[s], d0, d1, d2, d3);
-          mma(c, d0, d1, d2, d3, xw[2 * s], xw[2 * s + 1]);
+          if constexpr (std::is_same<T, half>::value)
+            dequant(w[s], d0, d1, d2, d3);
+          else
+            dequant_bf16(w[s], d0, d1, d2, d3);
+          mma<T>(c, d0, d1, d2, d3, xw[2 * s], xw[2 * s + 1]);
         }
         acc[t][0] += c[0] * cs[t][0];  // feature g, batch rows 2q and 2q + 1
         acc[t][1] += c[1] * cs[t][0];
@@ -148,7 +180,7 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         if (2 * q + r % 2 < m)
-          y[(size_t)(2 * q + r % 2) * n + (tile0 + t) * 16 + g + 8 * (r / 2)] = __float2half_rn(acc[t][r]);
+          store(y + (size_t)(2 * q + r % 2) * n + (tile0 + t) * 16 + g + 8 * (r / 2), acc[t][r]);
     return;
   }
   // split-K: fp32 sums by atomics; the column block's last split writes y and re-zeroes the sums and its counter
@@ -172,7 +204,7 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
     for (int r = 0; r < 4; ++r)
       if (2 * q + r % 2 < m) {
         const size_t i = (size_t)(2 * q + r % 2) * n + (tile0 + t) * 16 + g + 8 * (r / 2);
-        y[i] = __float2half_rn(__ldcg(y32 + i));
+        store(y + i, __ldcg(y32 + i));
         y32[i] = 0.f;
       }
   if (threadIdx.x == 0) cnt[blockIdx.x] = 0;
@@ -180,27 +212,35 @@ gemv(const half* __restrict__ x, const uint4* __restrict__ wq, const float* __re
 
 }  // namespace w4mma
 
-// y [m, n] = x [m, k] (fp16, m <= 8) times the packed W4 weights; y32 [m, n] fp32 and cnt [n / 16] int32 kept zero
-extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* st, void* y, float* y32, int* cnt,
-                                   int m, int n, int k, int tw, int kw, int stages, int splits,
-                                   cudaStream_t stream) {
-  const int groups = k / 128 / splits / kw;  // per warp
-  const int smem = max(m * (k / splits) * 2, kw * tw * 4 * 32 * 4);  // the slice of x, then the warps' sums
-  if (m < 1 || m > 8 || n % (16 * tw) || k % (128 * splits * kw) || groups % stages) return cudaErrorInvalidValue;
-  const dim3 grid(n / (16 * tw), splits), block(32 * kw);
-  const auto* xh = static_cast<const half*>(x);
-  const auto* w = static_cast<const uint4*>(wq);
-  auto* yh = static_cast<half*>(y);
-#define W4_CASE(TW, KW, STAGES) \
-  if (tw == TW && kw == KW && stages == STAGES) { \
-    auto* f = w4mma::gemv<TW, KW, STAGES>; \
-    if (smem > 47 * 1024) { /* 48 KB without opting in, the static `last` flag included */ \
-      const cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem); \
-      if (err != cudaSuccess) return err; \
-    } \
-    f<<<grid, block, smem, stream>>>(xh, w, st, yh, y32, cnt, m, n, k, groups); \
-    return cudaGetLastError(); \
+namespace w4mma {
+
+template <typename T, int TW, int KW, int STAGES>
+cudaError_t launch(const void* x, const void* wq, const float* st, void* y, float* y32, int* cnt, int m, int n, int k,
+                   int splits, cudaStream_t stream) {
+  const int groups = k / 128 / splits / KW;  // per warp
+  const int smem = max(m * (k / splits) * 2, KW * TW * 4 * 32 * 4);  // the slice of x, then the warps' sums
+  if (m < 1 || m > 8 || n % (16 * TW) || k % (128 * splits * KW) || groups % STAGES) return cudaErrorInvalidValue;
+  auto* f = gemv<T, TW, KW, STAGES>;
+  if (smem > 47 * 1024) {  // 48 KB without opting in, the static `last` flag included
+    const cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
   }
+  f<<<dim3(n / (16 * TW), splits), 32 * KW, smem, stream>>>(static_cast<const T*>(x), static_cast<const uint4*>(wq),
+                                                               st, static_cast<T*>(y), y32, cnt, m, n, k, groups);
+  return cudaGetLastError();
+}
+
+}  // namespace w4mma
+
+// y [m, n] = x [m, k] (fp16, or bf16 if bf16; m <= 8) times the packed W4 weights; y32 [m, n] fp32 and cnt [n / 16]
+// int32 kept zero
+extern "C" cudaError_t w4_mma_gemv(const void* x, const void* wq, const float* st, void* y, float* y32, int* cnt,
+                                   int m, int n, int k, int bf16, int tw, int kw, int stages, int splits,
+                                   cudaStream_t stream) {
+#define W4_CASE(TW, KW, STAGES)                                                                                  \
+  if (tw == TW && kw == KW && stages == STAGES)                                                                  \
+    return bf16 ? w4mma::launch<__nv_bfloat16, TW, KW, STAGES>(x, wq, st, y, y32, cnt, m, n, k, splits, stream) \
+                : w4mma::launch<half, TW, KW, STAGES>(x, wq, st, y, y32, cnt, m, n, k, splits, stream);
   W4_CASE(1, 8, 2) W4_CASE(2, 8, 1) W4_CASE(2, 8, 2) W4_CASE(4, 8, 2)
 #undef W4_CASE
   return cudaErrorInvalidConfiguration;

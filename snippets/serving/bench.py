@@ -117,9 +117,9 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
     skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), ("cuda", tw, kw, stages, splits)
-    the CUDA tensor-core W4 kernel of mma_gemv.mma_gemv (fp16 x, up to 8 rows, W4 only), or ("mma", block_n,
-    block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error (against
-    dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
+    the CUDA tensor-core W4 kernel of mma_gemv.mma_gemv (x in the baseline's dtype, fp16 or bf16; up to 8 rows; W4
+    only), or ("mma", block_n, block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error
+    (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
     time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many bytes as the
     packed weights (N * bits / 16 rows). Everything is timed by rotated_ms. The 16-bit layer runs in x's dtype and
     in bf16 (dense_by_dtype_ms), and the faster of the two is the baseline of every speedup (dense_ms, dense_dtype),
@@ -151,16 +151,17 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
         for kind in {c[0] for c in configs}:
             layers[kind] = [pack[kind](q, s, bits) for _ in range(copies_for(nbytes, device))]
         deq = quant.dequantize(q, s, bits, group)
-        ref = x.float() @ deq.to(dtype).float().T
+        refs = {dt: xd.float() @ deq.to(dt).float().T for dt, xd in {dtype: x, fast: xf}.items()}
         best, read, by_kind = None, None, {}
         for kind, *cfg in configs:
             if kind == "mma":
                 fns = [lambda c=c: quant.wq_matmul(x, *c, bits, group, *cfg) for c in layers[kind]]
             elif kind == "cuda":
-                fns = [lambda p=p: mma_gemv.mma_gemv(x, p, *cfg) for p in layers[kind]]
+                fns = [lambda p=p: mma_gemv.mma_gemv(xf, p, *cfg) for p in layers[kind]]  # in the baseline's dtype
             else:
                 fns = [lambda p=p: quant.wq_gemv(x, p, *cfg) for p in layers[kind]]
             y = graphed(fns[0], device)()
+            ref = refs[y.dtype]
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
                 raise AssertionError(f"W{bits}A16 m={m} config {(kind, *cfg)}: kernel error {err:.3g}")

@@ -144,16 +144,16 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
             "gemv": lambda q, s, bits: quant.pack_gemv(q, s, bits, group),
             "gemv2": lambda q, s, bits: quant.pack_gemv(q, s, bits, group, paired=True)}
     for bits in (8, 4):
-        configs = [c for c in applicable if c[0] != "cuda" or bits == 4]  # the CUDA kernel is W4 only
+        kinds = [c for c in applicable if c[0] != "cuda" or bits == 4]  # the CUDA kernel is W4 only
         q, s = quant.quantize(w, bits, group)
         nbytes = q.nbytes + s.nbytes
         layers = {}  # the copies each kind of kernel reads
-        for kind in {c[0] for c in configs}:
+        for kind in {c[0] for c in kinds}:
             layers[kind] = [pack[kind](q, s, bits) for _ in range(copies_for(nbytes, device))]
         deq = quant.dequantize(q, s, bits, group)
         refs = {dt: xd.float() @ deq.to(dt).float().T for dt, xd in {dtype: x, fast: xf}.items()}
         best, read, by_kind = None, None, {}
-        for kind, *cfg in configs:
+        for kind, *cfg in kinds:
             if kind == "mma":
                 fns = [lambda c=c: quant.wq_matmul(x, *c, bits, group, *cfg) for c in layers[kind]]
             elif kind == "cuda":

@@ -117,8 +117,8 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
     skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), ("cuda", tw, kw, stages, splits)
-    the CUDA tensor-core W4 kernel of mma_gemv.mma_gemv (x in the baseline's dtype, fp16 or bf16; up to 8 rows; W4
-    only), or ("mma", block_n, block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error
+    the CUDA tensor-core kernel of mma_gemv.mma_gemv (up to 8 rows; W4 with x in the baseline's dtype, fp16 or bf16;
+    W8 with fp16 x), or ("mma", block_n, block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error
     (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
     time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many bytes as the
     packed weights (N * bits / 16 rows). Everything is timed by rotated_ms. The 16-bit layer runs in x's dtype and
@@ -140,24 +140,25 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
            "dense_flushed_ms": bench_ms(graphed(lambda: xf @ wf.T, device), device)}
     rows = {"gemv": quant.GEMV_MAX_ROWS, "gemv2": quant.GEMV_MAX_ROWS, "cuda": 8}  # the most rows each kind takes
     applicable = [c for c in configs if m <= rows.get(c[0], m)]
-    pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()), "cuda": lambda q, s, bits: mma_gemv.pack_mma(q, s, group),
+    pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()),
+            "cuda": lambda q, s, bits: mma_gemv.pack_mma(q, s, group, bits),
             "gemv": lambda q, s, bits: quant.pack_gemv(q, s, bits, group),
             "gemv2": lambda q, s, bits: quant.pack_gemv(q, s, bits, group, paired=True)}
     for bits in (8, 4):
-        kinds = [c for c in applicable if c[0] != "cuda" or bits == 4]  # the CUDA kernel is W4 only
+        xc = xf if bits == 4 else x.half()  # the CUDA kernel's x: W8 takes fp16 only
         q, s = quant.quantize(w, bits, group)
         nbytes = q.nbytes + s.nbytes
         layers = {}  # the copies each kind of kernel reads
-        for kind in {c[0] for c in kinds}:
+        for kind in {c[0] for c in applicable}:
             layers[kind] = [pack[kind](q, s, bits) for _ in range(copies_for(nbytes, device))]
         deq = quant.dequantize(q, s, bits, group)
-        refs = {dt: xd.float() @ deq.to(dt).float().T for dt, xd in {dtype: x, fast: xf}.items()}
+        refs = {dt: xd.float() @ deq.to(dt).float().T for dt, xd in {dtype: x, xc.dtype: xc}.items()}
         best, read, by_kind = None, None, {}
-        for kind, *cfg in kinds:
+        for kind, *cfg in applicable:
             if kind == "mma":
                 fns = [lambda c=c: quant.wq_matmul(x, *c, bits, group, *cfg) for c in layers[kind]]
             elif kind == "cuda":
-                fns = [lambda p=p: mma_gemv.mma_gemv(xf, p, *cfg) for p in layers[kind]]  # in the baseline's dtype
+                fns = [lambda p=p: mma_gemv.mma_gemv(xc, p, *cfg) for p in layers[kind]]
             else:
                 fns = [lambda p=p: quant.wq_gemv(x, p, *cfg) for p in layers[kind]]
             y = graphed(fns[0], device)()

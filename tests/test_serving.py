@@ -249,9 +249,13 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
     q = bench.quant_gemm(8, 64, 256, torch.bfloat16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0), ("mma", 32, 128, 4, 2, 1)])
     assert q["w8_config"] == q["w4_config"] == ("mma", 32, 128, 4, 2, 1)  # 8 rows: the CUDA-core one is not tried
     assert "w4_read_ms" not in q
-    q = bench.quant_gemm(1, 64, 256, torch.bfloat16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0)])
+    q = bench.quant_gemm(1, 64, 256, torch.float16, "cpu", configs=[("gemv", 16, 64, 128, 2, 0)])
     assert q["w4_config"] == ("gemv", 16, 64, 128, 2, 0) and q["w4_read_ms"] > 0 and q["w8_read_speedup"] > 0
     assert q["w4_same_bytes_ms"] > 0 and q["w8_same_bytes_speedup"] > 0
+    # fp16 x: cuBLAS (here the CPU matmul) also in bf16, and the faster of the two is every speedup's baseline
+    by_dtype = q["dense_by_dtype_ms"]
+    assert set(by_dtype) == {"float16", "bfloat16"} and q["dense_dtype"] == min(by_dtype, key=by_dtype.get)
+    assert q["dense_ms"] == min(by_dtype.values()) and q["w4_speedup"] == q["dense_ms"] / q["w4_ms"]
     from snippets.serving import quant
     w8, s8 = quant.quantize(torch.randn(8, 256), 8, 128)
     with pytest.raises(ValueError, match="split into 3 slices"):
@@ -274,11 +278,12 @@ def test_read_words_reads_every_word():
 
 
 GEMV_SM90 = r"""
-import collections, json, os, re, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from snippets.serving import quant
+from tests.sass_loop import loop_ops
 
 fn, out = quant._wq_gemv_kernel, []
 for bits, bn, step, warps, prefetch, paired in json.loads(sys.argv[1]):
@@ -299,10 +304,7 @@ for bits, bn, step, warps, prefetch, paired in json.loads(sys.argv[1]):
     open(os.path.join(d, "k.cubin"), "wb").write(c.asm["cubin"])
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     sass = subprocess.run([tool, "-sass", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True).stdout
-    code = [(int(a, 16), i) for a, i in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)]
-    back = [(int(t, 16), a) for a, i in code for t in re.findall(r"BRA\s.*?0x([0-9a-f]+)", i) if int(t, 16) < a]
-    lo, hi = max(back, key=lambda r: r[1] - r[0])  # the K loop: the longest backward branch
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
+    ops = loop_ops(sass)  # the K loop
     ttgir, ptx = c.asm["ttgir"], c.asm["ptx"]
     marks = [r"atom\.global\.gpu\.relaxed\.add\.f32", r"bar\.sync", r"atom\.global\.gpu\.acq_rel\.add\.u32",
              r"bar\.sync", r"ld\.global\.cg"]

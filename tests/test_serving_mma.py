@@ -2,13 +2,13 @@
 ISA's fragment layout and its dequantisation on the CPU, its sm_90a build, and on a GPU its result."""
 import re
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from sass_loop import loop_ops
 from snippets.common.cuda_tools import find_nvcc
 from snippets.serving import mma_gemv, quant
 
@@ -35,11 +35,7 @@ def test_kernel_builds_for_sm90a_without_spills_and_one_hmma_per_word():
         dtype, bits, tw, stages = re.search(r"gemvI(\w+?)Li(\d+)ELi(\d+)ELi\d+ELi(\d+)E", name).groups()
         bits, tw, stages, bf16 = int(bits), int(tw), int(stages), "bfloat16" in dtype
         assert stats["spill_stores"] == stats["spill_loads"] == 0, (name, stats)
-        body = text.split(name, 1)[1].split("Function : ", 1)[0]
-        code = [(int(a, 16), i) for a, i in re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", body)]
-        back = [(int(t, 16), a) for a, i in code for t in re.findall(r"BRA\s.*?0x([0-9a-f]+)", i) if int(t, 16) < a]
-        lo, hi = max(back, key=lambda r: r[1] - r[0])  # the loop over groups
-        ops = Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for a, i in code if lo <= a <= hi)
+        ops = loop_ops(text.split(name, 1)[1].split("Function : ", 1)[0])  # the loop over groups
         words = 2 * bits * tw * stages  # per lane in the loop's body (a group per stage)
         if bits == 8:  # a word per two registers: one PRMT each, one HMMA per two words
             assert ops["HMMA"] == words // 2 and ops["PRMT"] == 2 * words and "LOP3" not in ops, (name, ops)

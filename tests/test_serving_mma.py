@@ -39,13 +39,13 @@ def test_kernel_builds_for_sm90a_without_spills_and_one_hmma_per_word():
         words = 2 * bits * tw * stages  # per lane in the loop's body (a group per stage)
         if bits == 8:  # a word per two registers: one PRMT each, one HMMA per two words
             assert ops["HMMA"] == words // 2 and ops["PRMT"] == 2 * words and "LOP3" not in ops, (name, ops)
-            # sm_90a, nvcc 13.0: 5.9-6.7 instructions per word (the f16x2 Triton GEMV: about 15)
-            assert sum(ops.values()) <= 7.0 * words, (name, ops)
+            # sm_90a, nvcc 13.0: 6.7-7.8 instructions per word (the f16x2 Triton GEMV: about 15)
+            assert sum(ops.values()) <= 8.0 * words, (name, ops)
             continue
         assert ops["HMMA"] == words and ops["LOP3"] == 4 * words, (name, ops)
-        # sm_90a, nvcc 13.0, fp16: 12.8-13.3 instructions per word at TW = 2, 15.4 at 1 (the f16x2 Triton GEMV: about
+        # sm_90a, nvcc 13.0, fp16: 13.3-14.1 instructions per word at TW = 2, 14.3 at 1 (the f16x2 Triton GEMV: about
         # 24); bf16 two more (the shifts of the high nibbles)
-        assert sum(ops.values()) <= ({2: 14.0, 1: 16.0}[tw] + 2 * bf16) * words, (name, ops)
+        assert sum(ops.values()) <= ({2: 14.5, 1: 15.0}[tw] + 2 * bf16) * words, (name, ops)
 
 
 def _bits_to_float(t: np.ndarray, bf16: bool) -> np.ndarray:

@@ -74,22 +74,25 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 __device__ __forceinline__ void store(half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-// Weights are read once: past L1 (no_allocate), which keeps x and the scales, read by several lanes.
-__device__ __forceinline__ uint4 load_once(const uint4* p) {
+// Weights are read once: past L1 (no_allocate), which keeps x and the scales, read by several lanes. A load that is
+// off (a group past the warp's last) does not issue and leaves v undefined.
+__device__ __forceinline__ uint4 load_once(const uint4* p, bool on) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"((int)on));
   return v;
 }
 
 // One group's loads for a warp's TW tiles: per tile V uint4 of weights and the scales of features g and g + 8.
 template <int TW, int V>
-__device__ __forceinline__ void load_group(uint4 (&w)[TW][V], float (&s)[TW][2], const uint4* wp, const float* sp) {
+__device__ __forceinline__ void load_group(uint4 (&w)[TW][V], float (&s)[TW][2], const uint4* wp, const float* sp,
+                                           bool on) {
 #pragma unroll
   for (int t = 0; t < TW; ++t) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) w[t][v] = load_once(wp + (t * V + v) * 32);
+    for (int v = 0; v < V; ++v) w[t][v] = load_once(wp + (t * V + v) * 32, on);
     s[t][0] = __ldg(sp + t * 16);
     s[t][1] = __ldg(sp + t * 16 + 8);
   }
@@ -118,7 +121,7 @@ gemv(const T* __restrict__ x, const uint4* __restrict__ wq, const float* __restr
   uint4 wb[STAGES][TW][V];
   float sb[STAGES][TW][2];
 #pragma unroll
-  for (int d = 0; d < STAGES; ++d) load_group<TW, V>(wb[d], sb[d], wp + d * wstep, sp + d * n);
+  for (int d = 0; d < STAGES; ++d) load_group<TW, V>(wb[d], sb[d], wp + d * wstep, sp + d * n, true);
   const int row16 = KW * groups * 16;
   for (int i = threadIdx.x; i < m * row16; i += KW * 32) {
     const int r = i / row16;
@@ -141,8 +144,8 @@ gemv(const T* __restrict__ x, const uint4* __restrict__ wq, const float* __restr
         cs[t][0] = sb[d][t][0];
         cs[t][1] = sb[d][t][1];
       }
-      const int ahead = min(it + d + STAGES, groups - 1);  // the last groups reload the last one
-      load_group<TW, V>(wb[d], sb[d], wp + ahead * wstep, sp + (size_t)ahead * n);
+      const int ahead = it + d + STAGES, last = groups - 1;  // past the last group: scales reread, no weights
+      load_group<TW, V>(wb[d], sb[d], wp + ahead * wstep, sp + (size_t)min(ahead, last) * n, ahead <= last);
       const uint4* xg = xl + (it + d) * 16;
       const uint4 v0 = xg[0], v1 = xg[1], v2 = xg[2], v3 = xg[3];
       const uint32_t xw[16] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w,

@@ -55,21 +55,25 @@ def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]
 
 # --8<-- [start:batching]
 def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_size: int = 16,
-             chunk: int | None = None, reps: int = 1) -> dict:
+             chunk: int | None = None, reps: int = 1, graphs: bool | None = None) -> dict:
     """Continuous against static batching on one trace (and continuous with chunked prefill, `chunk` tokens per
     step, if given): the same tokens (checked), then each one's metrics. After one untimed pass of each, `reps`
     timed passes are taken in turns, so a drift in the host's speed reaches every scheduler; each reports its
-    median pass (by tokens/s), and the ratio is the median of the ratios within a pass."""
+    median pass (by tokens/s), and the ratio is the median of the ratios within a pass. All run on one engine,
+    emptied before each pass; graphs (default: on a GPU) replays each step as a CUDA graph."""
+    graphs = net.emb.is_cuda if graphs is None else graphs
+    engine = scheduler.Engine(net, num_blocks, block_size, graphs=graphs)
     runs = {"continuous": scheduler.run_continuous, "static": scheduler.run_static}
     if chunk:
         runs["continuous, chunked prefill"] = lambda e, r, b: scheduler.run_continuous(e, r, b, chunk=chunk)
     passes = {name: [] for name in runs}
     # pass 0 only warms up: Triton compiles a variant of the decode kernel for each batch shape it first meets
-    # (integer arguments are specialised on divisibility by 16), which must not be timed
+    # (integer arguments are specialised on divisibility by 16), and the engine captures its graphs
     for rep in range(reps + 1):
         recs = {}
         for name, run in runs.items():
-            recs[name], seconds = run(scheduler.Engine(net, num_blocks, block_size), requests, max_batch)
+            engine.reset()
+            recs[name], seconds = run(engine, requests, max_batch)
             if rep:
                 passes[name].append(scheduler.metrics(recs[name], requests, seconds))
         for name in runs:

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -114,6 +115,37 @@ def test_schedulers_agree_token_for_token_and_with_plain_generation():
     m = sch.metrics(cont, reqs, cont_s)
     assert m["tokens"] == sum(r.max_new for r in reqs) and m["tokens_per_s"] > 0
     assert 0 <= m["ttft_p50"] <= m["ttft_p99"] and 0 <= m["tpot_p50"] <= m["tpot_p99"]
+
+
+GRAPHS_GPU = r"""
+from snippets.paged_kv import model as tiny
+from snippets.serving import scheduler as sch
+
+net = tiny.TinyDecoder(max_len=128, seed=0, device="cuda")
+reqs = sch.trace(12, rate=0, seed=3, prompt_median=12, out_median=6, max_len=64)
+eager, graphed = sch.Engine(net, 64, 4), sch.Engine(net, 64, 4, graphs=True)
+for run in (sch.run_static, sch.run_continuous, lambda e, r, b: sch.run_continuous(e, r, b, chunk=7)):
+    eager.reset()
+    graphed.reset()
+    want, _ = run(eager, reqs, 4)
+    got, _ = run(graphed, reqs, 4)
+    bad = [r.rid for r in reqs if got[r.rid].tokens != want[r.rid].tokens]
+    assert not bad, bad
+print("graphs", sorted(graphed.graphs))
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_cuda_graph_steps_give_the_eager_tokens():
+    """Padded rows (every step pads its tokens to a power of two) must neither change a real row nor touch a
+    request's blocks; the cache is reused across passes (reset), graphs and all. Compiled Triton, not the
+    interpreter the other tests run under, so in a process of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", GRAPHS_GPU], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    sizes = [int(x) for x in r.stdout.split("graphs", 1)[1].strip(" []\n").split(",")]
+    assert len(sizes) >= 2 and all(size >= 16 and size & (size - 1) == 0 for size in sizes)
 
 
 def test_a_request_that_can_never_fit_is_refused():
@@ -423,8 +455,10 @@ def test_batching_times_passes_in_turns_and_takes_medians(monkeypatch):
         return run
     monkeypatch.setattr(sch, "run_continuous", fake("continuous"))
     monkeypatch.setattr(sch, "run_static", fake("static"))
-    monkeypatch.setattr(sch, "Engine", lambda *a: None)
-    res = bench.batching(None, reqs, 1, 4, reps=3)
+    resets = []
+    monkeypatch.setattr(sch, "Engine", lambda *a, **k: SimpleNamespace(reset=lambda: resets.append(1)))
+    res = bench.batching(None, reqs, 1, 4, reps=3, graphs=False)
+    assert len(resets) == len(order)  # each pass starts from an empty cache
     assert order == ["continuous", "static"] * 4  # an untimed pass, then three in turns
     # ratios within a pass 4/1, 2/2, 16/4: median 4 (the ratio of the median passes would be 4/2); each scheduler
     # reports its median pass by tokens/s

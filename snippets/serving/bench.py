@@ -55,21 +55,25 @@ def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]
 
 # --8<-- [start:batching]
 def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_size: int = 16,
-             chunk: int | None = None, reps: int = 1) -> dict:
+             chunk: int | None = None, reps: int = 1, graphs: bool | None = None) -> dict:
     """Continuous against static batching on one trace (and continuous with chunked prefill, `chunk` tokens per
     step, if given): the same tokens (checked), then each one's metrics. After one untimed pass of each, `reps`
     timed passes are taken in turns, so a drift in the host's speed reaches every scheduler; each reports its
-    median pass (by tokens/s), and the ratio is the median of the ratios within a pass."""
+    median pass (by tokens/s), and the ratio is the median of the ratios within a pass. All run on one engine,
+    emptied before each pass; graphs (default: on a GPU) replays each step as a CUDA graph."""
+    graphs = net.emb.is_cuda if graphs is None else graphs
+    engine = scheduler.Engine(net, num_blocks, block_size, graphs=graphs)
     runs = {"continuous": scheduler.run_continuous, "static": scheduler.run_static}
     if chunk:
         runs["continuous, chunked prefill"] = lambda e, r, b: scheduler.run_continuous(e, r, b, chunk=chunk)
     passes = {name: [] for name in runs}
     # pass 0 only warms up: Triton compiles a variant of the decode kernel for each batch shape it first meets
-    # (integer arguments are specialised on divisibility by 16), which must not be timed
+    # (integer arguments are specialised on divisibility by 16), and the engine captures its graphs
     for rep in range(reps + 1):
         recs = {}
         for name, run in runs.items():
-            recs[name], seconds = run(scheduler.Engine(net, num_blocks, block_size), requests, max_batch)
+            engine.reset()
+            recs[name], seconds = run(engine, requests, max_batch)
             if rep:
                 passes[name].append(scheduler.metrics(recs[name], requests, seconds))
         for name in runs:
@@ -117,9 +121,9 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
     ("gemv", block_n, step, k_per_prog, warps, prefetch), the CUDA-core kernel (up to quant.GEMV_MAX_ROWS rows;
     skipped above), "gemv2" the same with f16x2 arithmetic (fp16 x, on a GPU), ("cuda", tw, kw, stages, splits)
-    the CUDA tensor-core W4 kernel of mma_gemv.mma_gemv (fp16 x, up to 8 rows, W4 only), or ("mma", block_n,
-    block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error (against
-    dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
+    the CUDA tensor-core kernel of mma_gemv.mma_gemv (up to 8 rows; W4 with x in the baseline's dtype, fp16 or bf16;
+    W8 with fp16 x), or ("mma", block_n, block_k, warps, stages, split_k), the Triton tensor-core one. The kernel error
+    (against dequantise-then-matmul) and the quantisation error are apart. With a gemv config, also two bounds: the fastest
     time to only read the packed weights on the same grids, and cuBLAS on a 16-bit layer of as many bytes as the
     packed weights (N * bits / 16 rows). Everything is timed by rotated_ms. The 16-bit layer runs in x's dtype and
     in bf16 (dense_by_dtype_ms), and the faster of the two is the baseline of every speedup (dense_ms, dense_dtype),
@@ -140,27 +144,29 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
            "dense_flushed_ms": bench_ms(graphed(lambda: xf @ wf.T, device), device)}
     rows = {"gemv": quant.GEMV_MAX_ROWS, "gemv2": quant.GEMV_MAX_ROWS, "cuda": 8}  # the most rows each kind takes
     applicable = [c for c in configs if m <= rows.get(c[0], m)]
-    pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()), "cuda": lambda q, s, bits: mma_gemv.pack_mma(q, s, group),
+    pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()),
+            "cuda": lambda q, s, bits: mma_gemv.pack_mma(q, s, group, bits),
             "gemv": lambda q, s, bits: quant.pack_gemv(q, s, bits, group),
             "gemv2": lambda q, s, bits: quant.pack_gemv(q, s, bits, group, paired=True)}
     for bits in (8, 4):
-        configs = [c for c in applicable if c[0] != "cuda" or bits == 4]  # the CUDA kernel is W4 only
+        xc = xf if bits == 4 else x.half()  # the CUDA kernel's x: W8 takes fp16 only
         q, s = quant.quantize(w, bits, group)
         nbytes = q.nbytes + s.nbytes
         layers = {}  # the copies each kind of kernel reads
-        for kind in {c[0] for c in configs}:
+        for kind in {c[0] for c in applicable}:
             layers[kind] = [pack[kind](q, s, bits) for _ in range(copies_for(nbytes, device))]
         deq = quant.dequantize(q, s, bits, group)
-        ref = x.float() @ deq.to(dtype).float().T
+        refs = {dt: xd.float() @ deq.to(dt).float().T for dt, xd in {dtype: x, xc.dtype: xc}.items()}
         best, read, by_kind = None, None, {}
-        for kind, *cfg in configs:
+        for kind, *cfg in applicable:
             if kind == "mma":
                 fns = [lambda c=c: quant.wq_matmul(x, *c, bits, group, *cfg) for c in layers[kind]]
             elif kind == "cuda":
-                fns = [lambda p=p: mma_gemv.mma_gemv(x, p, *cfg) for p in layers[kind]]
+                fns = [lambda p=p: mma_gemv.mma_gemv(xc, p, *cfg) for p in layers[kind]]
             else:
                 fns = [lambda p=p: quant.wq_gemv(x, p, *cfg) for p in layers[kind]]
             y = graphed(fns[0], device)()
+            ref = refs[y.dtype]
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
                 raise AssertionError(f"W{bits}A16 m={m} config {(kind, *cfg)}: kernel error {err:.3g}")

@@ -43,14 +43,22 @@ class Engine:
     together, as vLLM and Sarathi-Serve batch them: each layer runs its matmuls once for the whole step, writes the
     step's K/V with one indexed store, and attends with one paged-kernel launch in which every token, prompt or
     decode, is a query row over its own request's blocks up to its own position. So a step costs the same launches
-    whatever it holds."""
+    whatever it holds. graphs=True (CUDA): the forward is captured once per padded token count (powers of two, as
+    vLLM pads decode batches) and a step replays it, one launch instead of a few hundred; padded rows read and
+    write a block of their own."""
 
-    def __init__(self, net: TinyDecoder, num_blocks: int, block_size: int = 16):
-        self.net, self.block_size = net, block_size
-        self.manager = BlockManager(num_blocks, block_size, prefix_caching=False)
-        shape = (len(net.layers), num_blocks, block_size, net.hkv, net.d)
+    def __init__(self, net: TinyDecoder, num_blocks: int, block_size: int = 16, graphs: bool = False):
+        self.net, self.block_size, self.num_blocks = net, block_size, num_blocks
+        shape = (len(net.layers), num_blocks + 1, block_size, net.hkv, net.d)  # + the padded rows' block
         self.k = torch.zeros(shape, device=net.emb.device)
         self.v = torch.zeros(shape, device=net.emb.device)
+        self.width = self.blocks_for(net.pos.shape[0])  # table columns of the longest sequence
+        self.graphs = {} if graphs else None
+        self.reset()
+
+    def reset(self) -> None:
+        """An empty cache (the K/V tensors and captured graphs are kept: a token reads only what it wrote)."""
+        self.manager = BlockManager(self.num_blocks, self.block_size, prefix_caching=False)
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -64,43 +72,79 @@ class Engine:
         yet cached). Returns ({rid: next token} for each chunk that ends its prompt, [next token] per decode).
         The step's inputs are built as numpy columns, a chunk at a time, not token by token in Python: the host's
         cost per step then hardly grows with the tokens it holds."""
-        net, dev, bs, m = self.net, self.net.emb.device, self.block_size, self.manager
+        bs, m = self.block_size, self.manager
         cols = []  # per chunk, then the decodes: rows token, position, block, offset, owner
         for n, (rid, lo, hi) in enumerate(chunks):
             pos = np.arange(lo, hi)
             cols.append(np.stack([np.asarray(m.tokens[rid][lo:hi]), pos, np.asarray(m.tables[rid])[pos // bs],
                                   pos % bs, np.full_like(pos, n)]))
         ends = np.cumsum([hi - lo for _, lo, hi in chunks], dtype=np.int64)
-        first_decode = int(ends[-1]) if chunks else 0
         dec = []
         for n, (rid, last) in enumerate(decodes, len(chunks)):
             pos = m.lengths[rid]
             slot = m.append(rid, last)
             dec.append((last, pos, slot.block, slot.offset, n))
         cols.append(np.array(dec, dtype=np.int64).reshape(-1, 5).T)
-        idx = torch.from_numpy(np.ascontiguousarray(np.concatenate(cols, axis=1))).to(dev)
-        blocks, offsets = idx[2], idx[3]
-        table = self._table([rid for rid, *_ in chunks] + [rid for rid, _ in decodes])[idx[4]]  # a row per token
-        lengths = (idx[1] + 1).int()  # a token sees its request's keys up to its own position: causal
+        inputs = np.ascontiguousarray(np.concatenate(cols, axis=1))
+        tables = [m.tables[rid] for rid, *_ in chunks] + [m.tables[rid] for rid, _ in decodes]
+        table = np.full((len(tables), max(len(t) for t in tables)), self.num_blocks, dtype=np.int32)
+        for row, t in zip(table, tables):
+            row[:len(t)] = t
+        nxt = self._eager(inputs, table) if self.graphs is None else self._replay(inputs, table)
+        done = [(rid, int(end) - 1) for (rid, lo, hi), end in zip(chunks, ends) if hi == len(m.tokens[rid])]
+        first_decode = int(ends[-1]) if chunks else 0
+        return {rid: nxt[r] for rid, r in done}, nxt[first_decode:]
+
+    def free(self, rid: int) -> None:
+        self.manager.free(rid)
+
+    def _forward(self, idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """idx [5, tokens] (token, position, block, offset, owner), table [requests, pages]: the next token of each."""
+        net = self.net
+        blocks, offsets, lengths = idx[2], idx[3], (idx[1] + 1).int()  # a token sees keys up to its own position
+        table = table[idx[4]]  # a row per token
         x = net.emb[idx[0]] + net.pos[idx[1]]
         for i, layer in enumerate(net.layers):
             q, k, v = net._qkv(x, layer)
             self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
             x = net._finish(x, paged_decode(q, self.k[i], self.v[i], table, lengths, splits=1), layer)
-        done = [(rid, int(end) - 1) for (rid, lo, hi), end in zip(chunks, ends) if hi == len(m.tokens[rid])]
-        rows = [r for _, r in done] + list(range(first_decode, idx.shape[1]))
-        logits = torch.nn.functional.rms_norm(x[rows], (x.shape[-1],)) @ net.out
-        out = logits.argmax(-1).tolist()
-        return {rid: t for (rid, _), t in zip(done, out)}, out[len(done):]
+        return (torch.nn.functional.rms_norm(x, (x.shape[-1],)) @ net.out).argmax(-1)
 
-    def free(self, rid: int) -> None:
-        self.manager.free(rid)
+    def _eager(self, inputs: np.ndarray, table: np.ndarray) -> list[int]:
+        dev = self.k.device
+        return self._forward(torch.from_numpy(inputs).to(dev), torch.from_numpy(table).to(dev)).tolist()
 
-    def _table(self, rids: list[int]) -> torch.Tensor:
-        """The requests' block tables, padded into one int32 tensor [requests, widest]."""
-        tables = [self.manager.tables[r] for r in rids]
-        width = max(len(t) for t in tables)
-        return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32).to(self.k.device)
+    def _replay(self, inputs: np.ndarray, table: np.ndarray) -> list[int]:
+        n = inputs.shape[1]
+        size = max(16, 1 << (n - 1).bit_length())
+        if size not in self.graphs:
+            self.graphs[size] = self._capture(size)
+        idx, tab, out, graph = self.graphs[size]
+        padded = np.empty((5, size), dtype=np.int64)
+        padded[:, :n] = inputs
+        padded[:, n:] = np.array([0, 0, self.num_blocks, 0, size - 1])[:, None]  # owner: the last table row
+        full = np.full((size, self.width), self.num_blocks, dtype=np.int32)
+        full[:len(table), :table.shape[1]] = table
+        idx.copy_(torch.from_numpy(padded))
+        tab.copy_(torch.from_numpy(full))
+        graph.replay()
+        return out[:n].tolist()
+
+    def _capture(self, size: int):
+        dev, pad = self.k.device, self.num_blocks
+        idx = torch.zeros((5, size), dtype=torch.int64, device=dev)
+        idx[2], idx[4] = pad, size - 1
+        tab = torch.full((size, self.width), pad, dtype=torch.int32, device=dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):  # compile and warm up outside the capture
+            for _ in range(2):
+                self._forward(idx, tab)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._forward(idx, tab)
+        return idx, tab, out, graph
 # --8<-- [end:engine]
 
 

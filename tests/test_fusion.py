@@ -3,16 +3,14 @@ mask; the mask's Philox stream against numpy and against the CUDA header run on 
 compiled (not run) by nvcc, with its register report and SASS; the Triton kernels compiled for sm_90a
 without a GPU; the byte counts against hand counts. Inputs are fresh each run: failures print their seeds."""
 import json
-import os
 import random
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from compiled import run_compiled
 
 from snippets.common.cuda_tools import find_nvcc
 from snippets.fusion import add_layernorm as al
@@ -353,11 +351,7 @@ def test_triton_kernels_compile_for_sm90_without_spills():
              ["_bwd_kernel", "bf16", 8192, True], ["_bwd_kernel", "fp32", 8192, False],
              ["_bwd_kernel", "bf16", 4096, True], ["_bwd_kernel", "bf16", 1024, True],
              ["_bwd_kernel", "fp32", 1000, True]]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", TRITON_SM90, json.dumps(cases)], capture_output=True, text=True,
-                       env=env, cwd=Path(__file__).resolve().parents[1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    for row in json.loads(r.stdout):
+    for row in json.loads(run_compiled(TRITON_SM90, json.dumps(cases))):
         assert row["spill_stores"] == row["spill_loads"] == 0, row
         assert row["wide_loads"] > 0, row
         assert row["philox"] == row["case"][3], row
@@ -438,12 +432,8 @@ def test_cuda_kernel_matches_reference(dtype):
 def test_backward_spills_at_16384_for_every_warp_count():
     """The pages say the one-pass backward cannot hold a 16384-wide row without spilling: every warp count
     (one row per step) spills when compiled for sm_90a, with and without dropout."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     for warps in (4, 8, 16, 32):
         pre = f"from snippets.fusion import add_layernorm as _a\n_a._BWD[16384] = (1, {warps}, 1)\n"
         cases = [["_bwd_kernel", "bf16", 16384, True], ["_bwd_kernel", "bf16", 16384, False]]
-        r = subprocess.run([sys.executable, "-c", pre + TRITON_SM90, json.dumps(cases)], capture_output=True,
-                           text=True, env=env, cwd=Path(__file__).resolve().parents[1])
-        assert r.returncode == 0, r.stderr[-3000:]
-        for row in json.loads(r.stdout):
+        for row in json.loads(run_compiled(pre + TRITON_SM90, json.dumps(cases))):
             assert row["warps"] == warps and row["spill_stores"] > 0, row

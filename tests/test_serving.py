@@ -3,15 +3,12 @@ test, several draft/target pairs including a bad draft, and a broken sampler tha
 greedy as the special case, the acceptance rate against its closed form; continuous and static batching
 produce the same tokens as plain generation, preemption included."""
 import json
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from compiled import run_compiled
 
 from snippets.serving import speculative as sp
 
@@ -140,11 +137,7 @@ def test_cuda_graph_steps_give_the_eager_tokens():
     """Padded rows (every step pads its tokens to a power of two) must neither change a real row nor touch a
     request's blocks; the cache is reused across passes (reset), graphs and all. Compiled Triton, not the
     interpreter the other tests run under, so in a process of its own."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", GRAPHS_GPU], capture_output=True, text=True, env=env,
-                       cwd=Path(__file__).resolve().parents[1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    sizes = [int(x) for x in r.stdout.split("graphs", 1)[1].strip(" []\n").split(",")]
+    sizes = [int(x) for x in run_compiled(GRAPHS_GPU).split("graphs", 1)[1].strip(" []\n").split(",")]
     assert len(sizes) >= 2 and all(size >= 16 and size & (size - 1) == 0 for size in sizes)
 
 
@@ -354,11 +347,7 @@ print(json.dumps(out))
 
 def _compile_gemv_sm90(cases) -> list[dict]:
     """GEMV_SM90 in a subprocess without the interpreter: one row of SASS counts per case."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", GEMV_SM90, json.dumps(cases)], capture_output=True, text=True,
-                       env=env, cwd=Path(__file__).resolve().parents[1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout)
+    return json.loads(run_compiled(GEMV_SM90, json.dumps(cases)))
 
 
 def test_gemv_compiles_for_sm90_to_a_lean_loop():

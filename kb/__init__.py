@@ -1,0 +1,1 @@
+"""The page ↔ lab ↔ results contract of the site: pages, shortcodes, results, rendering, strings."""

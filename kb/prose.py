@@ -1,0 +1,53 @@
+"""Measured-looking numbers typed into page prose must cite their source.
+
+A number followed by a bandwidth, throughput, time or speed-up unit (4,800 GB/s, 989 TFLOP/s, 12 µs,
+1.97×) reads as a measurement. On this site a measurement is either quoted from a recorded result
+with a `<!-- metric ... -->` marker or cites where it comes from: a footnote (`[^id]`) or a web link
+in the same sentence. Code, maths, shortcodes, footnote definitions and the references section are
+not prose.
+"""
+from __future__ import annotations
+
+import re
+
+_UNIT = r"(?:[KMGTP]i?B/s|[KMGTP]FLOP/s|[KMGTP]FLOPS|ms|µs|μs|us|ns|×(?!\s*\d)|x\b(?!\s*\d))"
+MEASURED = re.compile(rf"(?<![\w.^-])\d[\d,]*(?:\.\d+)?(?:\s?[–-]\s?\d[\d,]*(?:\.\d+)?)?\s?{_UNIT}")
+_CITED = re.compile(r"\[\^[^\]]+\]|\]\(https?://")
+_STRIP = [re.compile(p, re.S | re.M) for p in (
+    r"^(`{3,}|~{3,}).*?^\1[ \t]*$",      # fenced code
+    r"\$\$.*?\$\$", r"(?<!\\)\$[^$\n]+\$",  # maths
+    r"``.*?``", r"`[^`\n]*`",              # inline code
+    r"<!--.*?-->",                         # shortcodes and comments
+    r"^\[\^[^\]]+\]:.*$",                  # footnote definitions (they are the sources)
+)]
+_SENTENCE = re.compile(r"(?<=[。！？])|(?<=[.!?])\s+(?=[^\s\[])")
+
+
+def _blank(match: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def uncited(body: str, references_heading: str) -> list[tuple[int, str]]:
+    """(line number in `body`, the number) for each measured-looking figure with no citation."""
+    text = body.split(f"\n## {references_heading}", 1)[0]
+    for pattern in _STRIP:
+        text = pattern.sub(_blank, text)
+    found = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for sentence in _sentences(line):
+            if _CITED.search(sentence):
+                continue
+            found += [(lineno, m.group(0)) for m in MEASURED.finditer(sentence)]
+    return found
+
+
+def _sentences(line: str) -> list[str]:
+    """Split a line into sentences; footnote marks right after a full stop stay with its sentence."""
+    parts = _SENTENCE.split(line)
+    out: list[str] = []
+    for part in parts:
+        lead = re.match(r"^\s*((?:\[\^[^\]]+\])+)", part)
+        if lead and out:
+            out[-1] += lead.group(1)
+        out.append(part)
+    return out

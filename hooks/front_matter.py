@@ -1,7 +1,7 @@
 """Fail the build on a question page that breaks the page contract (on_page_markdown).
 
 The contract (front matter schema, vocabulary, section order, lab marker, no typed-in code) lives
-in tools/pages.py so that the tests check the same rules on broken fixtures.
+in kb/pages.py so that the tests check the same rules on broken fixtures.
 """
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.pages import PageError, check_page, is_question  # noqa: E402
+from kb.pages import PageError, check_page, is_question  # noqa: E402
 
 
 def on_page_markdown(markdown, page, config, files):

@@ -1,18 +1,16 @@
-"""Glossary tooltips and glossary pages from schemas/glossary.yml.
+"""Glossary tooltips from schemas/glossary.yml (on_page_content).
 
-on_page_markdown fills `<!-- glossary -->` on the glossary pages with the full table;
-on_page_content wraps the first use of each term on every other page in <abbr title=...>,
-which Material shows as a tooltip (content.tooltips). Code, links, headings and existing
-abbreviations are left alone.
+The first use of each term on every page but the glossary's is wrapped in <abbr title=...>, which
+Material shows as a tooltip (content.tooltips). Code, links, headings and existing abbreviations are
+left alone. The glossary table itself is a shortcode (hooks/shortcodes.py).
 """
-import html
 import re
+import sys
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kb.glossary import terms, tooltip  # noqa: E402
 
-TERMS = yaml.safe_load((Path(__file__).resolve().parents[1] / "schemas/glossary.yml").read_text("utf-8"))
-MARKER = "<!-- glossary -->"
 SKIP = {"code", "pre", "a", "abbr", "h1", "h2", "h3", "h4", "h5", "h6", "script", "style", "svg", "button"}
 _TAG = re.compile(r"(<[^>]+>)")
 
@@ -24,21 +22,9 @@ def _pattern(term: str) -> re.Pattern:
 
 
 def _entries(lang: str):
-    for t in TERMS:
-        names = [t[lang], *t.get("aliases", [])] + ([t["en"]] if lang == "zh" else [])
-        title = f"{t['zh']} / {t['en']}: {t[lang + '_def']}"
-        yield [_pattern(n) for n in names], html.escape(title, quote=True)
-
-
-def on_page_markdown(markdown, page, config, files):
-    if MARKER not in markdown:
-        return markdown
-    lang = config.theme["language"]
-    head = "| 中文 | English | 释义 |\n| --- | --- | --- |" if lang == "zh" else \
-        "| English | 中文 | Meaning |\n| --- | --- | --- |"
-    rows = [f"| {t['zh']} | {t['en']} | {t['zh_def']} |" if lang == "zh" else
-            f"| {t['en']} | {t['zh']} | {t['en_def']} |" for t in TERMS]
-    return markdown.replace(MARKER, "\n".join([head, *rows]))
+    for term in terms():
+        names = [term[lang], *term.get("aliases", [])] + ([term["en"]] if lang == "zh" else [])
+        yield [_pattern(n) for n in names], tooltip(term, lang)
 
 
 def on_page_content(content, page, config, files):

@@ -1,8 +1,8 @@
-"""Render each lab page from its newest GPU result, under a header (on_pre_page, on_page_content).
+"""Render each lab page from its verified GPU result, under a header (on_pre_page, on_page_content).
 
 on_pre_page runs before mkdocs-jupyter's (priority 50 > 0) and points the page at
 results/<gpu>/<stem>.ipynb when one exists; on_page_content puts the Colab link, the hardware
-needs and the provenance banner (GPU, versions, date, fresh or stale) above the notebook.
+needs and the provenance banner (GPU, versions, date, commit, fresh or stale) above the notebook.
 """
 import sys
 from pathlib import Path
@@ -11,8 +11,9 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.lab_html import lab_header  # noqa: E402
-from tools.labs import LabError, newest_result  # noqa: E402
+from kb.labs import LabError  # noqa: E402
+from kb.render import lab_header  # noqa: E402
+from kb.results import result_for  # noqa: E402
 
 
 def _notebook(page) -> str | None:
@@ -25,7 +26,7 @@ def on_pre_page(page, config, files):
     nb = _notebook(page)
     if nb:
         try:
-            result = newest_result(nb)
+            result = result_for(nb)
         except LabError as e:
             raise PluginError(str(e)) from e
         page.kb_result = result

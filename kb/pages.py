@@ -1,6 +1,8 @@
-"""The question-page contract: front matter, section order, lab links, code blocks.
+"""The question-page contract: front matter, section order, shortcodes, lab links, code blocks, prose.
 
 Used by hooks/front_matter.py at build time and by the tests on every page and on broken fixtures.
+A page's labs follow from what it uses: every lab it quotes with a metric shortcode, and a lab for
+every snippet it includes that a lab imports, must be listed in its front matter `labs:`.
 """
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from kb import markers, prose
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas/front_matter.schema.json").read_text(encoding="utf-8"))
 VOCAB = yaml.safe_load((ROOT / "schemas/vocabulary.yml").read_text(encoding="utf-8"))
 LAB_MARKER = "<!-- lab-cards -->"
+_INCLUDE = re.compile(r'^\s*--8<-- "([^":]+)(?::[^"]*)?"', re.M)
+_IMPORT = re.compile(r"^\s*(?:from\s+(snippets(?:\.\w+)+)\s+import\s+\(?([\w\s,]+)\)?|import\s+(snippets(?:\.\w+)+))", re.M)
 CODE_LANGS = {"python", "py", "cuda", "cpp", "c++", "c", "cu"}
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+.-]*)[^\n]*\n(.*?)^\1\s*$", re.M | re.S)
 
@@ -73,7 +79,7 @@ def check_body(body: str, lang: str, where: str) -> None:
         raise PageError(f"{where}: sections must be {want} in this order; found {got}")
     lab_title = want[3]
     lab_section = outside_code.split(f"## {lab_title}", 1)[1].split("\n## ", 1)[0]
-    if LAB_MARKER not in lab_section:
+    if not any(m.name == "lab-cards" for m in markers.find(lab_section, where)):
         raise PageError(f"{where}: the '## {lab_title}' section needs the line {LAB_MARKER}")
     for m in _FENCE.finditer(body):
         lang_tag, code = m.group(2).lower(), m.group(3)
@@ -84,6 +90,60 @@ def check_body(body: str, lang: str, where: str) -> None:
     for m in re.finditer(r'^--8<-- "([^"]+)"', outside_code, re.M):  # a snippet outside a fence renders as prose
         if not m.group(1).split(":")[0].endswith(".md"):
             raise PageError(f"{where}: {m.group(0)} is not inside a code fence; wrap it in ```python or ```cuda")
+
+
+def notebook_modules(notebook: Path) -> set[str]:
+    """The snippet modules a lab notebook imports directly (`from snippets.a import b` gives a and a.b)."""
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    code = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", []) if c.get("cell_type") == "code")
+    found = set()
+    for m in _IMPORT.finditer(code):
+        if m.group(3):
+            found.add(m.group(3))
+        else:
+            found.add(m.group(1))
+            found |= {f"{m.group(1)}.{name.strip()}" for name in m.group(2).split(",") if name.strip()}
+    return found
+
+
+def labs_importing() -> dict[str, list[str]]:
+    """snippets module -> the labs (notebooks/NN-x.ipynb) that import it directly."""
+    users: dict[str, list[str]] = {}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for mod in notebook_modules(nb):
+            users.setdefault(mod, []).append(f"notebooks/{nb.name}")
+    return users
+
+
+def _module_of(include: str) -> str | None:
+    path = include if include.startswith("snippets/") else f"snippets/{include}"
+    if not path.endswith(".py"):
+        return None
+    return path[:-3].replace("/", ".").removesuffix(".__init__")
+
+
+def check_uses(meta: dict, body: str, where: str) -> None:
+    """Every lab the page quotes or whose code it includes is in `labs:`; name page, shortcode and lab."""
+    listed = set(meta["labs"])
+    for m in markers.find(body, where):
+        if m.name == "metric" and m.lab not in listed:
+            raise PageError(f"{where}:{m.line}: quotes <!-- metric {' '.join(m.args)} --> from {m.lab}, "
+                            f"which its front matter `labs:` does not list")
+    users = labs_importing()
+    for inc in _INCLUDE.finditer(body):
+        labs = users.get(_module_of(inc.group(1)) or "", [])
+        if labs and not listed & set(labs):
+            line = body.count("\n", 0, inc.start()) + 1
+            raise PageError(f"{where}:{line}: includes {inc.group(1)}, code of {' or '.join(labs)}, "
+                            f"which its front matter `labs:` does not list")
+
+
+def check_prose(body: str, lang: str, where: str) -> None:
+    hits = prose.uncited(body, VOCAB["sections"][-1][0 if lang == "zh" else 1])
+    if hits:
+        shown = "; ".join(f"line {n}: {num!r}" for n, num in hits[:5])
+        raise PageError(f"{where}: {len(hits)} measured-looking number(s) typed into prose without a citation "
+                        f"({shown}): quote a result with <!-- metric LAB NAME --> or cite the source with [^id]")
 
 
 def twin_of(src_uri: str) -> str:
@@ -108,9 +168,13 @@ def check_page(path: Path, docs: Path | None = None) -> dict:
     src_uri = Path(path).resolve().relative_to(docs).as_posix()
     where = f"docs/{src_uri}"
     lang = lang_of(src_uri)
-    meta, body = split_front_matter(Path(path).read_text(encoding="utf-8"), where)
+    text = Path(path).read_text(encoding="utf-8")
+    meta, body = split_front_matter(text, where)
+    body = "\n" * text[:len(text) - len(body)].count("\n") + body  # line numbers stay those of the file
     check_meta(meta, lang, where)
     check_body(body, lang, where)
+    check_uses(meta, body, where)
+    check_prose(body, lang, where)
     twin = docs / twin_of(src_uri)
     if not twin.is_file():
         raise PageError(f"{where}: its {'English' if lang == 'zh' else 'Chinese'} twin docs/{twin_of(src_uri)} is missing")

@@ -1,0 +1,157 @@
+"""Results and labs as Markdown and HTML: lab cards, lab page headers, quoted numbers, provenance.
+
+Everything the reader sees of a result is drawn here from a verified `kb.results.Result`, with the
+words from `kb.strings`; the hooks only place it.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from kb.labs import ROOT, colab_url, lab_meta, read_notebook, title_zh
+from kb.markers import Marker
+from kb.results import Result, result_for
+from kb.strings import t
+
+
+def fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"  # sizes and shapes: 8,192 rather than 8192.0
+    return f"{v:,.4g}" if isinstance(v, float) else str(v)
+
+
+def hardware_needs(notebook: str, lang: str) -> list[str]:
+    meta = lab_meta(ROOT / notebook)
+    needs = [t(lang, "needs_arch", arch="sm_" + meta.capability.replace(".", ""))] if meta.capability else []
+    if meta.gpus == 1:
+        needs.append(t(lang, "needs_one_gpu"))
+    elif meta.gpus > 1:
+        needs.append(t(lang, "needs_gpus", n=meta.gpus))
+    else:
+        needs.append(t(lang, "runs_on_cpu"))
+    return needs
+
+
+def state(result: Result, lang: str) -> str:
+    if result.legacy:
+        return t(lang, "legacy") + ("" if result.fresh else " · " + t(lang, "stale"))
+    return t(lang, "fresh") if result.fresh else t(lang, "stale")
+
+
+def provenance(result: Result, lang: str) -> str:
+    d, data = result.data["device"], result.data
+    parts = [d["name"] + (f" ×{d['count']}" if d.get("count", 1) > 1 else ""),
+             f"driver {d.get('driver')}", f"CUDA {d.get('cuda')}", f"torch {d['torch']}",
+             f"Triton {d.get('triton')}", data["executed_at"][:10]]
+    if result.commit:
+        parts.append(f"{t(lang, 'commit')} {result.commit[:10]}")
+    parts += [f"{t(lang, 'mode')} {data.get('lab_mode')}", state(result, lang)]
+    return " · ".join(parts)
+
+
+def metrics_table(result: Result, lang: str) -> str:
+    data = result.data
+    lines = [f"| {t(lang, 'metric')} | {t(lang, 'value')} |", "| --- | ---: |"]
+    for name, value in data["metrics"].items():
+        label = data["labels"][name]
+        lines.append(f"| {_cell(label.get(lang, name))} | {fmt(value)} {_cell(label.get('unit', ''))} |")
+    return "\n".join(lines)
+
+
+def data_tables(result: Result, lang: str) -> str:
+    """Every recorded table (a sweep over sizes, say) as a collapsible Markdown block."""
+    blocks = []
+    for table in result.data.get("tables", {}).values():
+        head = "| " + " | ".join(_cell(c) for c in table["columns"]) + " |"
+        rule = "| " + " | ".join("---:" for _ in table["columns"]) + " |"
+        rows = ["| " + " | ".join(_cell(fmt(v)) for v in row) + " |" for row in table["rows"]]
+        body = "\n".join("    " + line for line in [head, rule, *rows])
+        title = table[lang].replace('"', "'")
+        blocks.append(f'??? info "{html.escape(title, quote=False)}"\n\n{body}\n')
+    return "\n".join(blocks)
+
+
+def _cell(text: str) -> str:
+    """Text from data, safe inside a Markdown table cell: no raw HTML, no column breaks."""
+    return html.escape(str(text), quote=False).replace("|", "\\|")
+
+
+def _badges(notebook: str, lang: str) -> str:
+    colab = (f'<a class="kb-badge kb-colab" href="{html.escape(colab_url(notebook))}" '
+             f'target="_blank" rel="noopener">{t(lang, "colab")}</a>')
+    return colab + "".join(f' <span class="kb-badge kb-needs">{html.escape(n)}</span>'
+                           for n in hardware_needs(notebook, lang))
+
+
+def banner(result: Result | None, lang: str) -> str:
+    if result is None:
+        return f'<p class="kb-provenance kb-none">{t(lang, "no_result")}</p>'
+    css = "kb-fresh" if result.fresh and not result.legacy else "kb-stale"
+    return (f'<p class="kb-provenance {css}">{t(lang, "gpu_result")}: '
+            f'{html.escape(provenance(result, lang))}</p>')
+
+
+def lab_header(notebook: str, result: Result | None, lang: str) -> str:
+    return f'<div class="kb-lab-header"><p>{_badges(notebook, lang)}</p>{banner(result, lang)}</div>\n'
+
+
+def lab_link(notebook: str, page_dir: str) -> str:
+    return "../" * len(Path(page_dir).parts) + f"labs/{Path(notebook).name}"
+
+
+def lab_card(notebook: str, lang: str, page_dir: str) -> str:
+    """Markdown for a question page: link, badges, the recorded metrics and where they come from."""
+    nb = read_notebook(ROOT / notebook)
+    title = title_zh(nb) if lang == "zh" else lab_meta(ROOT / notebook, nb).title_en
+    result = result_for(notebook)
+    parts = ['<div class="kb-lab-card" markdown>', "",
+             f"**[{html.escape(title, quote=False)}]({lab_link(notebook, page_dir)})**", "",
+             _badges(notebook, lang), "", banner(result, lang), ""]
+    if result is not None:
+        parts += [metrics_table(result, lang), "", data_tables(result, lang)]
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def quote(marker: Marker, lang: str, page_dir: str, default_gpu: str | None = None) -> str:
+    """A metric shortcode as its recorded value, linked to the lab, flagged when not fresh."""
+    if not (ROOT / marker.lab).is_file():
+        raise ValueError(f"metric {marker.args[1]}: there is no {marker.lab}")
+    gpu = marker.options.get("gpu", default_gpu)
+    result = result_for(marker.lab, gpu)
+    name = marker.args[1]
+    if result is None:
+        raise ValueError(f"metric {name}: {marker.lab} has no verified result for GPU {gpu or 'default'}")
+    if name not in result.data["metrics"]:
+        raise ValueError(f"{marker.lab}'s result has no metric {name!r} (it has {', '.join(result.data['metrics'])})")
+    value, unit = result.data["metrics"][name], result.data["labels"][name].get("unit", "")
+    if "%" in marker.args:
+        text = f"{value * 100:.3g}%"
+    else:
+        text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"  # 4,267 GB/s; 1.97×; 0.933
+        text += unit if unit == "×" else f" {unit}" if unit else ""
+    title = html.escape(provenance(result, lang), quote=True)
+    out = f'[{text}]({lab_link(marker.lab, page_dir)} "{title}")'
+    if "gpu" in marker.options:
+        out += f" ({html.escape(result.data['device']['name'])})"
+    if not result.fresh:
+        out += f' <span class="kb-flag">{t(lang, "quote_stale")}</span>'
+    elif result.legacy:
+        out += f' <span class="kb-flag">{t(lang, "quote_legacy")}</span>'
+    return out
+
+
+def sources(markers_: list[Marker], lang: str, default_gpu: str | None = None) -> str:
+    """One visible line per result a page quotes: the GPU, versions, date, commit and state."""
+    seen: dict[tuple, Result] = {}
+    for m in markers_:
+        if m.name == "metric":
+            gpu = m.options.get("gpu", default_gpu)
+            r = result_for(m.lab, gpu)
+            if r is not None:
+                seen[(m.lab, r.gpu)] = r
+    if not seen:
+        return ""
+    items = "\n".join(f"- `{Path(lab).stem}`: {html.escape(provenance(r, lang), quote=False)}"
+                      for (lab, _), r in sorted(seen.items()))
+    return f'??? note "{t(lang, "sources")}"\n\n' + "\n".join("    " + ln for ln in items.splitlines()) + "\n"

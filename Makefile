@@ -6,7 +6,7 @@ BIN   := $(VENV)/bin
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help setup browser-deps serve build test gpu-run new-question clean
+.PHONY: help setup browser-deps serve build check test gpu-run new-question clean
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -35,8 +35,12 @@ serve: setup  ## serve the site on http://127.0.0.1:8000/ai-infra-kb/
 build: setup  ## build the site into site/
 	$(BIN)/mkdocs build --strict
 
-test: setup browser-deps  ## every check CI runs: snippets, notebooks (smoke), pages, results, site, browser
-	$(BIN)/pytest
+check: setup  ## the fast lane (< 1 min): page contract, results verification, hooks, snippet unit tests
+	$(BIN)/pytest -m "not slow and not gpu"
+
+test: setup browser-deps  ## everything CI runs: the fast lane, then notebooks (smoke), compilers, the site, a browser
+	$(BIN)/pytest -m "not slow and not gpu"
+	$(BIN)/pytest -m "slow and not gpu"
 
 # A GPU machine may bring its own CUDA build of torch: `make gpu-run GPU_PYTHON=python3` uses it as is.
 GPU_PYTHON ?= $(BIN)/python
@@ -44,7 +48,7 @@ gpu-run: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)  ## on a GPU machine:
 	$(GPU_PYTHON) -m tools.gpu_run $(NOTEBOOKS) $(if $(OUT_DIR),--out $(OUT_DIR))
 
 new-question: setup  ## scaffold a question page (SECTION=kernels SLUG=my-question [LAB=1])
-	$(BIN)/python -m tools.new_question --section "$(SECTION)" --slug "$(SLUG)" $(if $(LAB),--lab)
+	$(BIN)/python -m kb.new_question --section "$(SECTION)" --slug "$(SLUG)" $(if $(LAB),--lab)
 
 clean:  ## remove the built site and caches
 	rm -rf site .cache test-artifacts

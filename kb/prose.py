@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-_UNIT = r"(?:[KMGTP]i?B/s|[KMGTP]FLOP/s|[KMGTP]FLOPS|ms|µs|μs|us|ns|×(?!\s*\d)|x\b(?!\s*\d))"
+_UNIT = r"(?:[KMGTP]i?B/s|[KMGTP]FLOP/s|[KMGTP]FLOPS\b|(?:ms|µs|μs|us|ns)\b|×(?!\s*\d)|x\b(?!\s*\d))"
 MEASURED = re.compile(rf"(?<![\w.^-])\d[\d,]*(?:\.\d+)?(?:\s?[–-]\s?\d[\d,]*(?:\.\d+)?)?\s?{_UNIT}")
 _CITED = re.compile(r"\[\^[^\]]+\]|\]\(https?://")
 _STRIP = [re.compile(p, re.S | re.M) for p in (
@@ -20,7 +20,7 @@ _STRIP = [re.compile(p, re.S | re.M) for p in (
     r"<!--.*?-->",                         # shortcodes and comments
     r"^\[\^[^\]]+\]:.*$",                  # footnote definitions (they are the sources)
 )]
-_SENTENCE = re.compile(r"(?<=[。！？])|(?<=[.!?])\s+(?=[^\s\[])")
+_SENTENCE = re.compile(r"(?<=[。！？])|(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bvs\.)(?<!\bal\.)(?<=[.!?])\s+(?=[^\s\[])")
 
 
 def _blank(match: re.Match) -> str:

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from tools import gpu_run, labs
-from tools.new_question import notebook
+from kb.new_question import notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 

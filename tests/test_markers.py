@@ -67,3 +67,8 @@ def test_the_citation_must_be_in_the_same_sentence():
 
 def test_the_references_section_is_not_prose():
     assert prose.uncited("text\n## References\n1. NVIDIA, 4.8 TB/s\n", "References") == []
+
+
+def test_abbreviations_and_words_are_not_sentence_ends_or_units():
+    assert prose.uncited("Peaks differ, i.e. 4.8 TB/s on H200[^a].\n", "References") == []
+    assert prose.uncited("In step 1 uses of the TMA unit start.\n", "References") == []

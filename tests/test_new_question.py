@@ -26,7 +26,7 @@ def _copy_repo(dest: Path) -> Path:
 
 def test_scaffolded_question_and_lab_pass_the_checks(tmp_path):
     repo = _copy_repo(tmp_path / "repo")
-    r = subprocess.run([sys.executable, "-m", "tools.new_question", "--section", "inference", "--slug",
+    r = subprocess.run([sys.executable, "-m", "kb.new_question", "--section", "inference", "--slug",
                         "prefix-caching", "--title", "前缀缓存能省多少计算？", "--tags", "推理,KV 缓存", "--lab"],
                        cwd=repo, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -51,6 +51,6 @@ def test_scaffolded_question_and_lab_pass_the_checks(tmp_path):
 def test_refuses_a_bad_slug_and_an_unknown_tag(tmp_path):
     repo = _copy_repo(tmp_path / "repo")
     for args, words in [(["--slug", "Bad_Slug"], "kebab-case"), (["--slug", "ok", "--tags", "不存在"], "vocabulary")]:
-        r = subprocess.run([sys.executable, "-m", "tools.new_question", "--section", "kernels", *args],
+        r = subprocess.run([sys.executable, "-m", "kb.new_question", "--section", "kernels", *args],
                            cwd=repo, capture_output=True, text=True)
         assert r.returncode != 0 and words in r.stderr, r.stderr

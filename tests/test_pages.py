@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.pages import PageError, check_page, question_pages
+from kb.pages import PageError, check_page, question_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = question_pages()

@@ -123,7 +123,7 @@ def test_broken_page_fails_the_build(fixture_site, page, words):
 
 
 def test_tags_pages_list_every_question_in_their_language(built_site):
-    from tools.pages import question_pages, split_front_matter
+    from kb.pages import question_pages, split_front_matter
     for lang, tags_page in (("zh", built_site / "tags/index.html"), ("en", built_site / "en/tags/index.html")):
         html = tags_page.read_text()
         for md in question_pages():

@@ -17,8 +17,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tools.lab_cells import ENV_CELL, setup_cell  # noqa: E402
-from tools.pages import LAB_MARKER, VOCAB  # noqa: E402
+from kb.lab_cells import ENV_CELL, setup_cell  # noqa: E402
+from kb.pages import LAB_MARKER, VOCAB  # noqa: E402
+from kb.strings import t  # noqa: E402
 
 BODY = {
     "zh": ["一段话的简答。", "三分钟内要讲清楚的要点。", "机制、数字与出处。",
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     zh_path.with_suffix(".en.md").write_text(
         page("en", title_en, [VOCAB["tags"][t] for t in tags], VOCAB["difficulty"][args.difficulty], labs),
         encoding="utf-8")
-    add_to_nav(f"{args.section}/{args.slug}.md", VOCAB["topics"][args.section])
+    add_to_nav(f"{args.section}/{args.slug}.md", t("zh", f"topics.{args.section}"))
     print(f"wrote {zh_path.relative_to(ROOT)} and its .en.md twin, added to the nav in mkdocs.yml")
     return 0
 

@@ -11,10 +11,10 @@ import time
 import torch
 
 from snippets.common.timing import bench_ms
-from snippets.paged_kv.bench import graphed
-from snippets.paged_kv.model import TinyDecoder
-from snippets.serving import lm, mma_gemv, quant, scheduler
-from snippets.serving import speculative as sp
+from snippets.inference.paged_kv.bench import graphed
+from snippets.inference.paged_kv.model import TinyDecoder
+from snippets.inference.serving import lm, mma_gemv, quant, scheduler
+from snippets.inference.serving import speculative as sp
 
 
 def _sync(device):

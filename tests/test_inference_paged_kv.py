@@ -1,4 +1,4 @@
-"""snippets/paged_kv on the CPU: the block manager's invariants under random operation sequences (hypothesis),
+"""snippets/inference/paged_kv on the CPU: the block manager's invariants under random operation sequences (hypothesis),
 its typed errors, the waste accounting, and the Triton decode kernel (interpreter) against an fp32 reference
 over block sizes, group sizes, lengths that are not multiples of the block size, and split counts."""
 import random
@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snippets.paged_kv import attention as pa
-from snippets.paged_kv import waste
-from snippets.paged_kv.allocator import BlockManager, CacheStateError, OutOfBlocks
-from snippets.paged_kv.kv_cache import PagedKVCache
+from snippets.inference.paged_kv import attention as pa
+from snippets.inference.paged_kv import waste
+from snippets.inference.paged_kv.allocator import BlockManager, CacheStateError, OutOfBlocks
+from snippets.inference.paged_kv.kv_cache import PagedKVCache
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning"),
@@ -188,7 +188,7 @@ def test_decode_rejects_bad_shapes():
 
 
 def test_tiny_model_generates_the_same_tokens_three_ways():
-    from snippets.paged_kv import model as tiny
+    from snippets.inference.paged_kv import model as tiny
 
     net = tiny.TinyDecoder(max_len=64, seed=3)
     prompt = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(5)).tolist()
@@ -198,7 +198,7 @@ def test_tiny_model_generates_the_same_tokens_three_ways():
 
 
 def test_bench_layouts_and_check():
-    from snippets.paged_kv import bench
+    from snippets.inference.paged_kv import bench
 
     _, _, table, lens = bench.make_cache(3, 40, 16, 2, 32, torch.float32, "cpu", layout="sequential")
     assert table.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] and lens.tolist() == [40, 40, 40]

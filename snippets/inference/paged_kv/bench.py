@@ -8,7 +8,7 @@ import random
 import torch
 
 from snippets.common.timing import bench_ms
-from snippets.paged_kv import attention as pa
+from snippets.inference.paged_kv import attention as pa
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 

@@ -1,7 +1,6 @@
 """snippets/inference/paged_kv on the CPU: the block manager's invariants under random operation sequences (hypothesis),
 its typed errors, the waste accounting, and the Triton decode kernel (interpreter) against an fp32 reference
 over block sizes, group sizes, lengths that are not multiples of the block size, and split counts."""
-import random
 
 import numpy as np
 import pytest
@@ -9,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from snippets.common.checks import fresh_seed
 from snippets.inference.paged_kv import attention as pa
 from snippets.inference.paged_kv import waste
 from snippets.inference.paged_kv.allocator import BlockManager, CacheStateError, OutOfBlocks
@@ -163,7 +163,7 @@ def random_paged(batch, lengths, page, kv_heads, dim, dtype, g):
     (16, 4, [1, 17, 40], None), (16, 1, [33], 3), (32, 8, [100, 5], 2), (64, 2, [64, 130, 1], None),
     (128, 4, [129], 1), (16, 4, [300, 2], 7)])
 def test_decode_matches_reference(page, group, lengths, splits, dtype, tol):
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     kv_heads, dim = 2, 32
     k, v, table, lens = random_paged(len(lengths), lengths, page, kv_heads, dim, dtype, g)

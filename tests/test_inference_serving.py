@@ -3,13 +3,13 @@ test, several draft/target pairs including a bad draft, and a broken sampler tha
 greedy as the special case, the acceptance rate against its closed form; continuous and static batching
 produce the same tokens as plain generation, preemption included."""
 import json
-import random
 from types import SimpleNamespace
 
 import pytest
 import torch
 from compiled import run_compiled
 
+from snippets.common.checks import fresh_seed
 from snippets.inference.serving import speculative as sp
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning"),
@@ -36,7 +36,7 @@ def pair(kind: str, g: torch.Generator):
 
 @pytest.mark.parametrize("kind, k", [("close", 1), ("close", 3), ("bad", 2), ("uniform", 4)])
 def test_speculative_output_follows_the_target_distribution(kind, k):
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     target, draft = pair(kind, g)
     expected = sp.sequence_distribution(target, [0], N)
@@ -49,7 +49,7 @@ def test_speculative_output_follows_the_target_distribution(kind, k):
 
 
 def test_the_same_test_catches_a_sampler_that_always_accepts():
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     target, draft = pair("bad", g)
     expected = sp.sequence_distribution(target, [0], N)
@@ -62,7 +62,7 @@ def test_the_same_test_catches_a_sampler_that_always_accepts():
 
 
 def test_greedy_is_the_special_case():
-    g = torch.Generator().manual_seed(random.SystemRandom().randrange(2**31))
+    g = torch.Generator().manual_seed(fresh_seed())
     logits = torch.randn(8, 8, generator=g)
     target = sp.bigram_model(logits, temperature=0)
     chain = [5]
@@ -77,7 +77,7 @@ def test_greedy_is_the_special_case():
 
 def test_acceptance_rate_matches_its_closed_form():
     """With k = 1 from a fixed token, a proposal is accepted with probability sum_x min(p(x), q(x))."""
-    g = torch.Generator().manual_seed(random.SystemRandom().randrange(2**31))
+    g = torch.Generator().manual_seed(fresh_seed())
     target, draft = pair("close", g)
     expected = float(torch.minimum(target.probs[0], draft.probs[0]).sum())
     stats = sp.Stats()
@@ -167,7 +167,7 @@ def test_trace_shape():
 def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k, group):
     from snippets.inference.serving import quant
 
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g)
     x = torch.randn(m, k, generator=g).to(dtype)
@@ -369,11 +369,12 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
 def test_rotation_spans_four_l2s_and_times_every_copy(monkeypatch):
     from types import SimpleNamespace
 
+    from snippets.common.timing import copies_for, l2_bytes
     from snippets.inference.serving import bench
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(L2_cache_size=50_000_000))
-    assert bench.copies_for(33_500_000, "cuda") == 6 and bench.copies_for(470_000_000, "cuda") == 2
-    assert bench.copies_for(33_500_000, "cpu") == 1
+    assert copies_for(33_500_000, l2_bytes("cuda")) == 6 and copies_for(470_000_000, l2_bytes("cuda")) == 2
+    assert copies_for(33_500_000, l2_bytes("cpu")) == 1
     calls = [0, 0, 0]
 
     def bump(i):

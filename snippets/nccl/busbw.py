@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from snippets.common.checks import poisoned_empty
 from snippets.common.timing import events_ms, host_ms
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
@@ -148,7 +149,7 @@ def check(op: str, nbytes: int, rank: int, n: int, device: str, dtype, seed: int
     n_send, n_recv, _ = numels(op, nbytes, n, torch.empty((), dtype=dtype).element_size())
     inputs = [_random(n_send, seed * 1_000_003 + r, device, dtype) for r in range(n)]
     send = inputs[rank].clone()
-    recv = send if op in IN_PLACE else torch.full((n_recv,), float("nan"), device=device, dtype=dtype)
+    recv = send if op in IN_PLACE else poisoned_empty((n_recv,), dtype, device)
     RUN[op](send, recv)
     want = expected(op, inputs, rank)
     ok = recv.shape == want.shape and torch.allclose(recv, want, rtol=1e-5, atol=1e-5 * n)

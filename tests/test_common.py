@@ -91,3 +91,92 @@ def test_recorded_data_tables_are_collapsible_markdown():
                                  "zh": "扫描", "en": "Sweep"}}}
     md = recorded.data_tables(data, "en")
     assert md.startswith('??? info "Sweep"') and "    | 1,048,576 | 431.2 |" in md and "    | 2 | 0.5 |" in md
+
+
+# ---------------------------------------------------------------- snippets/common/timing.py and checks.py
+
+def test_host_ms_is_a_positive_median_and_runs_the_warmup_first():
+    import time
+
+    from snippets.common.timing import host_ms
+    calls = []
+    ms = host_ms(lambda: (calls.append(1), time.sleep(0.002)), reps=3, warmup=2)
+    assert ms > 0 and len(calls) == 5
+
+
+def test_timed_call_returns_the_result_and_seconds():
+    from snippets.common.timing import timed_call
+    out, seconds = timed_call(lambda: 41 + 1)
+    assert out == 42 and seconds >= 0
+
+
+def test_graphed_on_the_cpu_is_the_function_itself():
+    from snippets.common.timing import graphed, replay_ms
+    fn = lambda: 7  # noqa: E731
+    assert graphed(fn, "cpu") is fn and replay_ms(fn, "cpu") >= 0
+
+
+@pytest.mark.parametrize("nbytes, l2, copies", [(33_500_000, 50_000_000, 6), (470_000_000, 50_000_000, 2),
+                                                (1000, 60_000_000, 240_000), (33_500_000, None, 1)])
+def test_rotating_buffers_exceed_the_l2(nbytes, l2, copies):
+    from snippets.common.timing import copies_for, rotating
+    assert copies_for(nbytes, l2) == copies
+    if copies < 100:
+        bufs = rotating(lambda: torch.empty(0), nbytes, l2)
+        assert len(bufs) == copies and len({id(b) for b in bufs}) == copies
+    if l2:
+        assert copies * nbytes >= 4 * l2
+
+
+def test_l2_size_comes_from_the_device_properties(monkeypatch):
+    from types import SimpleNamespace
+
+    from snippets.common.timing import l2_bytes
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(L2_cache_size=123))
+    assert l2_bytes("cuda") == 123 and l2_bytes("cpu") is None
+
+
+def test_fresh_seeds_differ():
+    from snippets.common.checks import fresh_seed
+    seeds = {fresh_seed() for _ in range(8)}
+    assert len(seeds) > 1 and all(0 <= s < 2**31 for s in seeds)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8, torch.int32])
+def test_poisoned_outputs_are_nan_or_the_sentinel(dtype):
+    from snippets.common.checks import INT_SENTINEL, empty, poisoned_empty, poisoned_outputs
+    t = poisoned_empty((3, 4), dtype, "cpu")
+    assert t.isnan().all() if dtype.is_floating_point else (t == INT_SENTINEL).all()
+    with poisoned_outputs():
+        with poisoned_outputs():
+            pass
+        u = empty((5,), dtype, "cpu")  # still poisoned after the inner block
+    assert u.isnan().all() if dtype.is_floating_point else (u == INT_SENTINEL).all()
+
+
+def test_a_kernel_that_skips_part_of_its_output_is_caught():
+    from snippets.common.checks import assert_close, empty, poisoned_outputs
+
+    def lazy_double(x):  # "forgets" the last row, as a kernel with a wrong grid would
+        out = empty(x.shape, x.dtype, x.device)
+        out[:-1] = 2 * x[:-1]
+        return out
+    x = torch.randn(4, 3)
+    with poisoned_outputs():
+        got = lazy_double(x)
+    with pytest.raises(AssertionError, match=r"lazy_double: 3 of 12 elements off .* first at \(3, 0\): nan"):
+        assert_close(got, 2 * x.double(), rtol=1e-6, what="lazy_double")
+
+
+def test_assert_close_names_what_was_compared_and_passes_within_tolerance():
+    from snippets.common.checks import assert_close, max_rel_error, rel_error
+    want = torch.tensor([1.0, -2.0, 4.0], dtype=torch.float64)
+    got = want.float() * (1 + 1e-7)
+    assert_close(got, want, rtol=1e-6, what="scaled")
+    with pytest.raises(AssertionError, match="^bias grad: 1 of 3 elements off"):
+        assert_close(want + torch.tensor([0.0, 0.0, 0.1]), want, rtol=1e-3, atol=1e-3, what="bias grad")
+    with pytest.raises(AssertionError, match="^y: shape"):
+        assert_close(want[:2], want, rtol=1, what="y")
+    assert max_rel_error(want + torch.tensor([0.0, 0.4, 0.0]), want) == pytest.approx(0.1)
+    assert rel_error(want, want) == 0.0
+    assert math.isnan(max_rel_error(torch.tensor([math.nan, 0, 0]), want))

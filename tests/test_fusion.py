@@ -3,7 +3,6 @@ mask; the mask's Philox stream against numpy and against the CUDA header run on 
 compiled (not run) by nvcc, with its register report and SASS; the Triton kernels compiled for sm_90a
 without a GPU; the byte counts against hand counts. Inputs are fresh each run: failures print their seeds."""
 import json
-import random
 import shutil
 import subprocess
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 from compiled import run_compiled
 
+from snippets.common.checks import fresh_seed, poisoned_outputs
 from snippets.common.cuda_tools import find_nvcc
 from snippets.fusion import add_layernorm as al
 from snippets.fusion import add_layernorm_cuda as alc
@@ -25,15 +25,10 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-3}  # bf16: one rounding of each 
 
 
 @pytest.fixture
-def poisoned(monkeypatch):
+def poisoned():
     """Every buffer the kernels allocate starts as NaN (floats) or -1 (int8): unwritten elements show."""
-    def empty(shape, dtype, device):
-        return torch.full(shape, float("nan") if dtype.is_floating_point else -1, dtype=dtype, device=device)
-    monkeypatch.setattr(al, "_empty", empty)
-
-
-def fresh_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
+    with poisoned_outputs():
+        yield
 
 
 def make_inputs(shape, dtype, gen_seed, bias=True, residual_dtype=None):

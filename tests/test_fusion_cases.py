@@ -2,12 +2,12 @@
 against fp64 references in Triton's interpreter (outputs poisoned, fresh inputs), the checks that guard each
 timing (they must reject wrong outputs), the occupancy rule, and the measurement functions end to end at toy
 sizes. The timings themselves are the GPU run's (results/)."""
-import random
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from snippets.common.checks import fresh_seed, poisoned_outputs
 from snippets.fusion import add_layernorm as al
 from snippets.fusion import bench
 from snippets.fusion import gemm as gm
@@ -20,14 +20,14 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 8e-3}
 
 
 def gen():
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     print("generator seed", seed)
     return torch.Generator().manual_seed(seed)
 
 
 @pytest.fixture
 def poisoned():
-    with bench.poisoned():
+    with poisoned_outputs():
         yield
 
 

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 import torch
 
+from snippets.common.checks import empty, poisoned_outputs
 from snippets.gemm import bench, gen_wgmma, hopper, schedule, triton_ws
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
@@ -128,9 +129,10 @@ def test_compare_catches_unwritten_and_wrong_elements():
 
 
 def test_poisoned_outputs_are_restored():
-    with bench.poisoned_outputs():
-        assert torch.isnan(hopper._empty((2, 2), torch.float32, "cpu")).all()
-    assert hopper._empty is not None and not getattr(hopper._empty, "__name__", "") == "nan_empty"
+    with poisoned_outputs():
+        assert torch.isnan(empty((2, 2), torch.float32, "cpu")).all()
+        assert torch.isnan(triton_ws.portable_matmul(*bench.inputs(3, 8, 8, torch.float32, "cpu", 0))).sum() == 0
+    assert not torch.isnan(empty((2, 2), torch.float32, "cpu").zero_()).any()
 
 
 # ---------------------------------------------------------------- tile order and timeline

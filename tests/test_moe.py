@@ -1,11 +1,11 @@
 """snippets/moe on the CPU: routing (bias moves selection, not gates), the Switch loss and MaxVio against hand
 values, the aux-free bias balancing a drifting load better than the aux loss at the same quality, routing replay
 removing the rollout/training mismatch, and the grouped GEMM (interpreter) against a float32 reference."""
-import random
 
 import pytest
 import torch
 
+from snippets.common.checks import fresh_seed
 from snippets.moe import replay as rp
 from snippets.moe import router as rt
 
@@ -32,7 +32,7 @@ def test_load_maxvio_switch_loss_and_bias_rule_by_hand():
 
 
 def test_auxfree_balances_drift_better_than_aux_loss_at_a_small_cost_in_quality():
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     runs = {m: rt.train_router(m, steps=300, batch=256, seed=seed, **kw)
             for m, kw in [("none", {}), ("aux", {"alpha": 0.1}), ("auxfree", {"gamma": 2e-3})]}
     last = {m: sum(r["maxvio"][-40:]) / 40 for m, r in runs.items()}
@@ -44,7 +44,7 @@ def test_auxfree_balances_drift_better_than_aux_loss_at_a_small_cost_in_quality(
 
 
 def test_replay_removes_the_routing_mismatch():
-    out = rp.mismatch(rp.TinyMoE(seed=random.SystemRandom().randrange(2**31)), tokens=2048)
+    out = rp.mismatch(rp.TinyMoE(seed=fresh_seed()), tokens=2048)
     before, after = out["before_replay"], out["after_replay"]
     assert before["decisions"] > 0 and before["tokens_any_layer"] >= max(before["per_layer"])
     assert after["decisions"] == after["tokens_any_layer"] == 0.0
@@ -64,7 +64,7 @@ def test_replay_keeps_the_training_gates():
 def test_grouped_gemm_matches_the_loop(counts, dtype, tol):
     from snippets.moe import grouped_gemm as gg
 
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     k, n = 48, 40
     x = torch.randn(sum(counts), k, generator=g).to(dtype)
@@ -90,7 +90,7 @@ def test_grouped_gemm_schedule_and_bad_arguments():
 def test_expert_parallel_equals_the_single_process_layer_on_gloo():
     from snippets.moe import ep
 
-    out = ep.run("gloo", 2, tokens=64, dim=32, experts=4, k=2, reps=2, seed=random.SystemRandom().randrange(2**31))
+    out = ep.run("gloo", 2, tokens=64, dim=32, experts=4, k=2, reps=2, seed=fresh_seed())
     assert sorted(out) == [0, 1]
     for r in out.values():  # equal to the single-process layer; every (token, slot) leaves once: 64 x k=2 x 32 fp32
         assert r["relative_error"] < 1e-5 and r["dispatch_gbps"] > 0 and r["dispatch_bytes"] == 64 * 2 * 32 * 4
@@ -114,7 +114,7 @@ def test_capacity_keeps_first_choices_first_and_caps_every_expert():
 def test_expert_parallel_with_a_capacity_factor_drops_before_dispatch_and_equals_the_reference():
     from snippets.moe import ep
 
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     out = ep.run("gloo", 2, tokens=64, dim=32, experts=4, k=2, reps=2, seed=seed, capacity_factor=0.5)
     for r in out.values():  # at most ceil(0.5 * 64 * 2 / 4) = 16 per expert of 4: at least half of 128 dropped
         assert r["relative_error"] < 1e-5, f"seed {seed}: {r['relative_error']}"
@@ -124,7 +124,7 @@ def test_expert_parallel_with_a_capacity_factor_drops_before_dispatch_and_equals
 def test_offloaded_moe_equals_resident_and_counts_its_copies():
     from snippets.moe import offload
 
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     m = offload.OffloadedMoE(layers=3, experts=6, dim=32, ffn=48, k=2, seed=seed)
     m.make_resident()
     x = torch.randn(7, 32, generator=torch.Generator().manual_seed(seed)).bfloat16()
@@ -162,7 +162,7 @@ def test_tma_grouped_gemm_matches_the_loop_in_the_interpreter(counts):
     from snippets.moe import grouped_gemm as gg
     from snippets.moe.grouped_tma import grouped_mm_tma
 
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     k, n = 40, 24  # neither is a multiple of its block: the last K step and N block run past the ends
     x = torch.randn(sum(counts), k, generator=g).bfloat16()

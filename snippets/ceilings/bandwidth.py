@@ -7,12 +7,11 @@ buffers that fits in the L2 stays there and the curve shows the L2.
 """
 from __future__ import annotations
 
-import statistics
-
 import matplotlib.pyplot as plt
 import torch
 
-from snippets.common.timing import bench_ms
+from snippets.common.checks import poisoned_empty
+from snippets.common.timing import bench_ms, events_ms, l2_bytes
 
 
 def back_to_back_ms(fn, reps: int = 50, trials: int = 5) -> float:
@@ -22,19 +21,8 @@ def back_to_back_ms(fn, reps: int = 50, trials: int = 5) -> float:
     the time. (A CUDA graph would cut the gaps further, but replayed copy nodes of 512 MiB and
     more ran a third slower than plain copies on an H200, which would bend the curve.)
     """
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(trials):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(5_000_000)  # cycles: a few ms, longer than queueing `reps` calls
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times)
+    hold = lambda: torch.cuda._sleep(5_000_000)  # noqa: E731  cycles: a few ms, longer than queueing `reps` calls
+    return events_ms(fn, trials=trials, calls=reps, warmup=1, before=hold)
 
 
 # --8<-- [start:copy_bandwidth]
@@ -42,7 +30,7 @@ def copy_bandwidth_gbps(nbytes: int, device: str, warm_l2: bool = False, copy=to
     """GB/s of `copy(dst, src)` for float32 buffers of `nbytes`, after checking the copy is exact."""
     n = nbytes // 4
     src = torch.randn(n, device=device)
-    dst = torch.full_like(src, float("nan"))  # poison: an element the copy skips stays NaN
+    dst = poisoned_empty(src.shape, src.dtype, device)  # an element the copy skips stays NaN
     copy(dst, src)
     assert torch.equal(dst, src), f"copy of {nbytes} bytes is wrong"
 
@@ -61,9 +49,7 @@ def copy_sweep(sizes: list[int], device: str) -> list[list[float]]:
 
 
 def l2_cache_bytes(device: str) -> int | None:
-    if not device.startswith("cuda"):
-        return None
-    return torch.cuda.get_device_properties(device).L2_cache_size
+    return l2_bytes(device)
 
 
 def hbm_bandwidth_gbps(rows: list[list[float]], l2_bytes: int | None) -> float:

@@ -9,6 +9,7 @@ import contextlib
 
 import torch
 
+from snippets.common.checks import poisoned_empty, rel_error
 from snippets.common.timing import bench_ms
 
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
@@ -38,7 +39,7 @@ def float32_precision(dtype: str):
 # --8<-- [start:check]
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref||_F / ||ref||_F in float64; NaN anywhere in `out` gives NaN."""
-    return float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    return rel_error(out, ref)
 
 
 def check_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: str) -> float:
@@ -54,7 +55,7 @@ def matmul_tflops(m: int, n: int, k: int, dtype: str, device: str) -> float:
     with float32_precision(dtype):
         a = torch.randn(m, k, device=device).to(TORCH_DTYPE[dtype])
         b = torch.randn(k, n, device=device).to(TORCH_DTYPE[dtype])
-        c = torch.full((m, n), float("nan"), device=device, dtype=TORCH_DTYPE[dtype])
+        c = poisoned_empty((m, n), TORCH_DTYPE[dtype], device)
         torch.matmul(a, b, out=c)
         check_matmul(c, a, b, dtype)
         ms = bench_ms(lambda: torch.matmul(a, b, out=c), device)

@@ -23,11 +23,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from snippets.common.checks import empty  # every output is allocated here: checks can poison them all
+
 MAX_N = 16384  # a row lives in registers as fp32 (64 KB per program); wider rows would spill
-
-
-def _empty(shape, dtype, device):  # every output is allocated here, so a test can poison them all
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 # backward launch by BLOCK_N: (rows per step, num_warps, programs per SM), the fastest of a sweep over 1-16 rows,
@@ -56,7 +54,7 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
 
 # --8<-- [start:cast]
 @triton.jit
-def _cast(v, dtype: tl.constexpr):
+def cast(v, dtype: tl.constexpr):
     # fp32 -> bf16 rounding to nearest even, by hand: Triton 3.6's interpreter truncates instead, and the
     # CPU tests should see the bits the GPU stores (there this equals a plain cast)
     if dtype == tl.bfloat16:
@@ -97,7 +95,7 @@ def _dropout_kernel(Out, M, N, p, seed, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 def _dropout_stream(seed: int, shape, p: float, device, uniform: bool) -> torch.Tensor:
     _check(p, seed)
     m, n = math.prod(shape[:-1]), shape[-1]
-    out = _empty((m, n), torch.float32 if uniform else torch.int8, device)
+    out = empty((m, n), torch.float32 if uniform else torch.int8, device)
     block_m, block_n, num_warps = _config(n)
     _dropout_kernel[(triton.cdiv(m, block_m),)](out, m, n, p, seed, BLOCK_M=block_m, BLOCK_N=block_n,
                                                 UNIFORM=uniform, num_warps=num_warps)
@@ -128,7 +126,7 @@ def _fwd_kernel(X, R, W, B, Y, H, Mean, Rstd, stride_x, stride_r, stride_y, stri
     r = tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if DROPOUT:
         x = tl.where(_uniform(seed, rows, BLOCK_M, BLOCK_N) >= p, x * scale, 0.0)
-    h = _cast(x + r, H.dtype.element_ty)
+    h = cast(x + r, H.dtype.element_ty)
     tl.store(H + r64 * stride_h + cols[None, :], h, mask=mask)
     h = h.to(tl.float32)  # normalise h as stored: what unfused code does, and what backward reads
 
@@ -145,7 +143,7 @@ def _fwd_kernel(X, R, W, B, Y, H, Mean, Rstd, stride_x, stride_r, stride_y, stri
     y = hc * rstd[:, None] * w[None, :]
     if HAS_BIAS:
         y += tl.load(B + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + r64 * stride_y + cols[None, :], _cast(y, Y.dtype.element_ty), mask=mask)
+    tl.store(Y + r64 * stride_y + cols[None, :], cast(y, Y.dtype.element_ty), mask=mask)
 # --8<-- [end:fwd]
 
 
@@ -186,10 +184,10 @@ def _bwd_kernel(DY, H, DHO, W, Mean, Rstd, DX, DR, DW, DB, stride_dy, stride_h, 
         dw += tl.sum(dy * xhat, axis=0)
         if HAS_BIAS:
             db += tl.sum(dy, axis=0)
-        tl.store(DR + r64 * stride_dr + cols[None, :], _cast(dh, DR.dtype.element_ty), mask=mask)
+        tl.store(DR + r64 * stride_dr + cols[None, :], cast(dh, DR.dtype.element_ty), mask=mask)
         if DROPOUT:
             dh = tl.where(_uniform(seed, rows, BLOCK_M, BLOCK_N) >= p, dh * scale, 0.0)
-        tl.store(DX + r64 * stride_dx + cols[None, :], _cast(dh, DX.dtype.element_ty), mask=mask)
+        tl.store(DX + r64 * stride_dx + cols[None, :], cast(dh, DX.dtype.element_ty), mask=mask)
     # one row of partial sums per program; the host adds the rows (FlashAttention's layer_norm does the same)
     tl.store(DW + pid * N + cols, dw, mask=col_ok)
     if HAS_BIAS:
@@ -211,10 +209,10 @@ def add_layernorm_fwd(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=0, r
     _check(p, seed)
     x2, r2 = _as_rows(x), _as_rows(residual)
     m, n = x2.shape
-    y = _empty((m, n), x.dtype, x.device)
-    h = _empty((m, n), residual.dtype, x.device)
-    rstd = _empty((m,), torch.float32, x.device)
-    mean = None if rms else _empty((m,), torch.float32, x.device)
+    y = empty((m, n), x.dtype, x.device)
+    h = empty((m, n), residual.dtype, x.device)
+    rstd = empty((m,), torch.float32, x.device)
+    mean = None if rms else empty((m,), torch.float32, x.device)
     block_m, block_n, num_warps = _config(n)
     block_m, num_warps = config or (block_m, num_warps)
     _fwd_kernel[(triton.cdiv(m, block_m),)](
@@ -226,7 +224,7 @@ def add_layernorm_fwd(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=0, r
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
@@ -236,7 +234,7 @@ def bwd_layout(m: int, n: int, device, programs=None, config=None) -> tuple[int,
     block_m, block_n, num_warps = _config(n, backward=True)
     block_m, num_warps = config or (block_m, num_warps)
     if programs is None:
-        programs = _BWD.get(block_n, (0, 0, 8))[2] * _sm_count(torch.device(device))
+        programs = _BWD.get(block_n, (0, 0, 8))[2] * sm_count(torch.device(device))
     rows_per_program = triton.cdiv(triton.cdiv(m, min(programs, triton.cdiv(m, block_m))), block_m) * block_m
     return block_m, block_n, num_warps, rows_per_program, triton.cdiv(m, rows_per_program)
 
@@ -249,10 +247,10 @@ def add_layernorm_bwd(dy, dh_out, h, weight, bias, mean, rstd, p=0.0, seed=0, rm
     dy2 = _as_rows(dy)
     dho2 = None if dh_out is None else _as_rows(dh_out)
     block_m, block_n, num_warps, rows_per_program, programs = bwd_layout(m, n, h.device, programs, config)
-    dx = _empty((m, n), x_dtype or h.dtype, h.device)
-    dr = _empty((m, n), h.dtype, h.device)
-    dw_part = _empty((programs, n), torch.float32, h.device)
-    db_part = None if bias is None else _empty((programs, n), torch.float32, h.device)
+    dx = empty((m, n), x_dtype or h.dtype, h.device)
+    dr = empty((m, n), h.dtype, h.device)
+    dw_part = empty((programs, n), torch.float32, h.device)
+    db_part = None if bias is None else empty((programs, n), torch.float32, h.device)
     _bwd_kernel[(programs,)](
         dy2, h, dy2 if dho2 is None else dho2, weight, rstd if rms else mean, rstd, dx, dr,
         dw_part, dw_part if db_part is None else db_part,

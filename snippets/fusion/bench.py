@@ -3,14 +3,13 @@ inputs (outputs poisoned with NaN first) and only then times it with snippets.co
 flushed). Times are in ms; effective bandwidth counts the bytes the fused kernel must move (bytes.py)."""
 from __future__ import annotations
 
-import contextlib
 import functools
-import random
 
 import torch
 import torch.nn.functional as F
 import triton
 
+from snippets.common.checks import fresh_seed, poisoned_outputs, rel_error
 from snippets.common.timing import bench_ms
 from snippets.fusion import add_layernorm as al
 from snippets.fusion import bytes as fb
@@ -20,32 +19,16 @@ from snippets.fusion import slowdown as sd
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 8e-3}
 
 
-@contextlib.contextmanager
-def poisoned():
-    """Every buffer the fused kernels allocate starts as NaN: an element a kernel forgot to write shows up."""
-    saved = al._empty, gm._empty
-
-    def nan_empty(shape, dtype, device):
-        return torch.full(shape, float("nan") if dtype.is_floating_point else -1, dtype=dtype, device=device)
-
-    al._empty = gm._empty = nan_empty
-    try:
-        yield
-    finally:
-        al._empty, gm._empty = saved
-
-
 def check(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float) -> float:
     """Relative Frobenius error of out against ref; raises naming the variant when it is too large or NaN."""
-    ref = ref.double()
-    err = ((out.double() - ref).norm() / ref.norm()).item()
+    err = rel_error(out, ref)
     if not err <= tol:  # NaN fails too
         raise AssertionError(f"{name}: relative error {err:.3g} over {tol:g}")
     return err
 
 
 def generator(device) -> torch.Generator:
-    return torch.Generator(device).manual_seed(random.SystemRandom().randrange(2**31))
+    return torch.Generator(device).manual_seed(fresh_seed())
 
 
 def compile_fn(fn, **kwargs):
@@ -92,7 +75,7 @@ def layernorm_forward(m, n, dtype, device, p=0.0, ext=None, compiled=None) -> di
     """Fused Triton, hand-written CUDA (ext), eager and torch.compile (`compiled`, built for this p) forward of
     h = dropout(x, p) + r, y = LayerNorm(h) w + b."""
     x, r, w, b = ln_inputs(m, n, dtype, device)
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     keep = al.dropout_mask(seed, (m, n), p, device) if p > 0 else None
     y_ref, h_ref = al.add_layernorm_ref(x, r, w, b, 1e-5, p, keep, dtype=torch.float64)
     runs = {"triton": lambda: al.add_layernorm_fwd(x, r, w, b, p=p, seed=seed)[:2],
@@ -103,7 +86,7 @@ def layernorm_forward(m, n, dtype, device, p=0.0, ext=None, compiled=None) -> di
         runs["compile"] = lambda: compiled(x, r, w, b)
     ms = {}
     for name, fn in runs.items():
-        with poisoned():
+        with poisoned_outputs():
             y, h = fn()
         if p > 0 and name in ("eager", "compile"):
             check_own_dropout(f"{name} (m={m}, n={n}, p={p})", y, h, x, r, w, b, p, dtype)
@@ -133,7 +116,7 @@ def layernorm_backward(m, n, dtype, device, compiled=None) -> dict:
             runs[name] = lambda outs=outs: torch.autograd.grad(outs, (x, r, w, b), (dy, dh), retain_graph=True)
     ms = {}
     for name, fn in runs.items():
-        with poisoned():
+        with poisoned_outputs():
             grads = fn()
         for label, got, ref in zip(("dx", "dr", "dw", "db"), grads, refs):
             check(f"{name} {label} (m={m}, n={n})", got, ref, TOL[dtype] * (4 if label in ("dw", "db") else 1))
@@ -153,13 +136,13 @@ def sweep_bwd_launch(m, n, dtype, device, rows=(1, 2, 4), warps=(4, 8, 16, 32), 
     leaves = [t.detach().double().requires_grad_() for t in (x, r, w, b)]
     refs = torch.autograd.grad(al.add_layernorm_ref(*leaves, dtype=torch.float64, h_dtype=dtype), leaves,
                                (dy.double(), dh.double()))
-    sms = al._sm_count(torch.device(device))
+    sms = al.sm_count(torch.device(device))
     out = []
     for bm in rows:
         for nw in warps:
             for k in per_sm:
                 run = lambda: al.add_layernorm_bwd(dy, dh, h, w, b, mean, rstd, programs=k * sms, config=(bm, nw))  # noqa: E731
-                with poisoned():
+                with poisoned_outputs():
                     grads = run()
                 for label, got, ref in zip(("dx", "dr", "dw", "db"), grads, refs):
                     check(f"backward {label} (n={n}, rows={bm}, warps={nw}, programs={k * sms})", got, ref,
@@ -181,7 +164,7 @@ def tune(name, run, ref, configs, device, tol) -> tuple[gm.Config, float, list]:
     rows, best = [], None
     for cfg in configs:
         try:
-            with poisoned():
+            with poisoned_outputs():
                 out = run(cfg)
         except triton.runtime.errors.OutOfResources as e:
             rows.append([str(cfg), f"does not fit: {e}"])
@@ -238,7 +221,7 @@ def case_register_pressure(m, n, dtype, device, fused_warps=8, fixed_warps=32) -
     y_ref, h_ref = al.add_layernorm_ref(x, r, w, b, dtype=torch.float64)
     out = {"ms": {}, "resources": {}}
     for label, warps in (("fused", fused_warps), ("fused_fixed", fixed_warps)):
-        with poisoned():
+        with poisoned_outputs():
             y, h, kernel = sd.wide_add_layernorm(x, r, w, b, warps)
         check(f"{label} y", y, y_ref, TOL[dtype])
         check(f"{label} h", h, h_ref, TOL[dtype])
@@ -262,11 +245,11 @@ def case_lost_concurrency(rows, length, device) -> dict:
             "two_launches_one_stream": lambda: (sd.sumsq(x), sd.sumsq(y))}
     if streams:
         runs["two_streams"] = lambda: sd.on_two_streams(lambda: sd.sumsq(x), lambda: sd.sumsq(y), streams)
-    with poisoned():
+    with poisoned_outputs():
         check("one reduction", sd.sumsq(x), rx, 1e-5)
     ms = {"one_reduction": bench_ms(lambda: sd.sumsq(x), device)}
     for name, fn in runs.items():
-        with poisoned():
+        with poisoned_outputs():
             ox, oy = fn()
             if streams:
                 torch.cuda.synchronize()

@@ -10,27 +10,15 @@ and the unfused forms they replace. GELU is the tanh form (F.gelu(approximate="t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from snippets.fusion.add_layernorm import _cast
-
-
-@dataclass(frozen=True)
-class Config:
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-    group_m: int = 8
-
-    def __str__(self):
-        return f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
+from snippets.common.checks import empty  # every output is allocated here: checks can poison them all
+from snippets.common.tiles import Config  # tile M x N x K, warps, stages, group
+from snippets.fusion.add_layernorm import cast
 
 
 # candidates a tuner picks from on a GPU (tile M x N x K, warps, pipeline stages); the last one fits the 64 KiB
@@ -77,7 +65,7 @@ def _gemm_kernel(A, B, C, Bias, W, M, N, K, stride_am, stride_ak, stride_bk, str
         a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
         b = tl.load(b_ptrs, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
         if PROLOGUE_GELU:  # every program along N redoes this for the same A tile
-            a = _cast(_gelu(a.to(tl.float32)), A.dtype.element_ty)
+            a = cast(_gelu(a.to(tl.float32)), A.dtype.element_ty)
         if DOT_FP32:  # the interpreter: see launch()
             a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, b, acc)
@@ -93,17 +81,13 @@ def _gemm_kernel(A, B, C, Bias, W, M, N, K, stride_am, stride_ak, stride_bk, str
         rstd = 1.0 / tl.sqrt(tl.sum(acc * acc, axis=1) / N + eps)
         acc = acc * rstd[:, None] * tl.load(W + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     c_ptrs = C + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :] * stride_cn
-    tl.store(c_ptrs, _cast(acc, C.dtype.element_ty), mask=(rm[:, None] < M) & col_ok[None, :])
+    tl.store(c_ptrs, cast(acc, C.dtype.element_ty), mask=(rm[:, None] < M) & col_ok[None, :])
 # --8<-- [end:kernel]
 
 
 # Triton 3.6's interpreter gets tl.dot wrong for bf16 operands; there the kernel multiplies them as fp32, which
 # is what tensor cores do with bf16 (products exact, fp32 sums). Compiled kernels never take this branch.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def _empty(shape, dtype, device):  # every output is allocated here, so a test can poison them all
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 # --8<-- [start:launch]
@@ -114,7 +98,7 @@ def launch(a, b, bias=None, gelu=False, prologue_gelu=False, norm_weight=None, e
         raise ValueError(f"inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
     if norm_weight is not None and config.block_n < n:
         raise ValueError(f"a fused row norm needs BLOCK_N >= N = {n}, the config has {config.block_n}")
-    c = _empty((m, n), a.dtype, a.device)
+    c = empty((m, n), a.dtype, a.device)
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
     kernel = _gemm_kernel[grid](
         a, b, c, bias if bias is not None else c, norm_weight if norm_weight is not None else c, m, n, k,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from snippets.common.checks import empty
 from snippets.fusion import add_layernorm as al
 
 
@@ -24,8 +25,8 @@ def wide_add_layernorm(x, residual, weight, bias, num_warps: int, eps=1e-5):
     """add_layernorm's forward kernel with one row per program and the whole row in registers, past the
     hidden size it is meant for (MAX_N). Returns (y, h, the compiled kernel or None in the interpreter)."""
     m, n = x.shape
-    y, h = al._empty((m, n), x.dtype, x.device), al._empty((m, n), residual.dtype, x.device)
-    mean, rstd = (al._empty((m,), torch.float32, x.device) for _ in range(2))
+    y, h = empty((m, n), x.dtype, x.device), empty((m, n), residual.dtype, x.device)
+    mean, rstd = (empty((m,), torch.float32, x.device) for _ in range(2))
     kernel = al._fwd_kernel[(m,)](
         x, residual, weight, bias, y, h, mean, rstd, x.stride(0), residual.stride(0), y.stride(0), h.stride(0),
         m, n, eps, 0.0, 1.0, 0, BLOCK_M=1, BLOCK_N=triton.next_power_of_2(n), HAS_BIAS=True, RMS=False,
@@ -72,7 +73,7 @@ def _sumsq_kernel(X, OutX, Y, OutY, R, L, BLOCK: tl.constexpr, MODE: tl.constexp
 
 def sumsq(x, block=4096, num_warps=4):
     """One reduction: R programs for R rows."""
-    out = al._empty((x.shape[0],), torch.float32, x.device)
+    out = empty((x.shape[0],), torch.float32, x.device)
     _sumsq_kernel[(x.shape[0],)](x, out, x, out, x.shape[0], x.shape[1], BLOCK=block, MODE=0, num_warps=num_warps)
     return out
 
@@ -82,7 +83,7 @@ def sumsq_pair(x, y, serial: bool, block=4096, num_warps=4):
     r, n = x.shape
     if y.shape != x.shape:
         raise ValueError(f"x and y must have one shape, got {tuple(x.shape)} and {tuple(y.shape)}")
-    ox, oy = (al._empty((r,), torch.float32, x.device) for _ in range(2))
+    ox, oy = (empty((r,), torch.float32, x.device) for _ in range(2))
     grid = (r if serial else 2 * r,)
     _sumsq_kernel[grid](x, ox, y, oy, r, n, BLOCK=block, MODE=1 if serial else 2, num_warps=num_warps)
     return ox, oy

@@ -4,20 +4,17 @@ cuBLAS (torch.matmul) measured in the same run, medians of triton.testing.do_ben
 from __future__ import annotations
 
 import contextlib
-import random
 
 import torch
 
+from snippets.common.checks import fresh_seed, poisoned_outputs
+from snippets.common.timing import do_bench_ms
 from snippets.gemm import hopper, triton_ws
 
 # shapes for the correctness check: exact tiles, ragged edges in every dimension, K shorter than one slab
 CHECK_SHAPES = [(128, 256, 64), (64, 128, 8), (333, 520, 200), (1000, 1000, 1000), (2053, 1064, 3000),
                 (257, 264, 4104)]
 TIME_SHAPES = [(8192, 8192, 8192), (6144, 6144, 6144), (4096, 14336, 4096)]  # (M, N, K); C = A @ B.T
-
-
-def fresh_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
 
 
 def inputs(m: int, n: int, k: int, dtype=torch.bfloat16, device="cuda", seed: int | None = None):
@@ -41,19 +38,6 @@ def _no_tf32():
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
-
-
-@contextlib.contextmanager
-def poisoned_outputs():
-    """Every output the variants allocate starts as NaN: an element never written shows."""
-    def nan_empty(shape, dtype, device):
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    saved = hopper._empty, triton_ws._empty
-    hopper._empty = triton_ws._empty = nan_empty
-    try:
-        yield
-    finally:
-        hopper._empty, triton_ws._empty = saved
 
 
 def compare(c, ref) -> dict:
@@ -97,8 +81,8 @@ def check(fn, shapes=CHECK_SHAPES, device="cuda", dtype=torch.bfloat16) -> list[
 
 
 def time_ms(fn, warmup: int = 50, rep: int = 200) -> float:
-    import triton
-    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    """Median ms by do_bench (L2 flushed), with a longer warm-up and more runs than bench_ms for large GEMMs."""
+    return do_bench_ms(fn, warmup, rep)
 
 
 def tflops(m: int, n: int, k: int, ms: float) -> float:

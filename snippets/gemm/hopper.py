@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from snippets.common.checks import empty  # every output is allocated here: checks can poison them all
 from snippets.common.cuda_tools import find_nvcc, find_tool
 
 CSRC = Path(__file__).resolve().with_name("csrc")
@@ -127,11 +128,6 @@ def _compile(step: int) -> None:
     build(step)
 
 
-def _empty(shape, dtype, device):  # every output is allocated here, so a test can poison them all
-    import torch
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
 def gemm(step: int, a, b, out=None):
     """C = A @ B.T with hand-written step `step` (1..5). a: [M, K], b: [N, K], bf16 on an sm_90a GPU."""
     import torch
@@ -140,7 +136,7 @@ def gemm(step: int, a, b, out=None):
     if k != k2:
         raise ValueError(f"inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
     check_shapes(m, n, k)
-    c = _empty((m, n), torch.bfloat16, a.device) if out is None else out
+    c = empty((m, n), torch.bfloat16, a.device) if out is None else out
     return build(step).gemm(a.contiguous(), b.contiguous(), c)
 # --8<-- [end:build]
 

@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from snippets.fusion.gemm import Config  # tile M x N x K, warps, stages, group
+from snippets.common.checks import empty  # every output is allocated here: checks can poison them all
+from snippets.common.tiles import Config, tile_coords  # tile M x N x K, warps, stages, group; grouped tile order
 
 # Triton 3.6's interpreter gets tl.dot wrong for bf16 operands; there the kernels multiply fp32 copies, which is
 # what tensor cores do with bf16 (exact products, fp32 sums). Compiled kernels never take this branch.
@@ -32,14 +33,6 @@ SMOKE = Config(32, 32, 32, 4, 1)
 
 # --8<-- [start:ws_kernel]
 @triton.jit
-def _tile_coords(t, tiles_m, tiles_n, GROUP_M: tl.constexpr):  # schedule.grouped_tile, in Triton
-    per_group = GROUP_M * tiles_n
-    first_m = (t // per_group) * GROUP_M
-    rows = min(tiles_m - first_m, GROUP_M)
-    return first_m + (t % per_group) % rows, (t % per_group) // rows
-
-
-@triton.jit
 def _ws_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
                DOT_FP32: tl.constexpr):
@@ -52,7 +45,7 @@ def _ws_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, B
     # persistent: program p takes tiles p, p + NUM_PROGRAMS, ...; flatten=False (Hopper WS does not support it)
     for t in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS, flatten=False,
                       warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(t, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = tile_coords(t, tiles_m, tiles_n, GROUP_M)
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for kt in range(k_tiles):
             a = a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])
@@ -66,10 +59,6 @@ def _ws_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, B
 
 def _scratch(size: int, alignment: int, stream):  # global memory the device-side descriptors live in
     return torch.empty(size, dtype=torch.int8, device="cpu" if INTERPRETED else "cuda")
-
-
-def _empty(shape, dtype, device):  # every output is allocated here, so a test can poison them all
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _check(a, b):
@@ -93,7 +82,7 @@ def ws_matmul(a, b, warp_specialize: bool = True, config: Config = WS_CONFIGS[0]
     if INTERPRETED:
         config = SMOKE
     triton.set_allocator(_scratch)
-    c = _empty((m, n), a.dtype, a.device)
+    c = empty((m, n), a.dtype, a.device)
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     grid = min(programs(a.device), tiles)
     _ws_kernel[(grid,)](a, b, c, m, n, k, config.block_m, config.block_n, config.block_k, config.group_m, grid,
@@ -107,7 +96,7 @@ def ws_matmul(a, b, warp_specialize: bool = True, config: Config = WS_CONFIGS[0]
 @triton.jit
 def _portable_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_M: tl.constexpr, DOT_FP32: tl.constexpr):
-    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -131,7 +120,7 @@ def portable_matmul(a, b, config: Config = PORTABLE_CONFIGS[0]):
     m, n, k = _check(a, b)
     if INTERPRETED:
         config = SMOKE
-    c = _empty((m, n), a.dtype, a.device)
+    c = empty((m, n), a.dtype, a.device)
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
     _portable_kernel[grid](a.contiguous(), b.contiguous(), c, m, n, k, config.block_m, config.block_n,
                            config.block_k, config.group_m, INTERPRETED,

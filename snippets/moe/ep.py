@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from snippets.common.timing import host_ms
+
 
 # --8<-- [start:layer]
 def expert_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -89,7 +91,6 @@ def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None,
 # --8<-- [start:run]
 def _worker(rank, world, backend, port, cfg, out):
     import os
-    import time
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
@@ -114,18 +115,8 @@ def _worker(rank, world, backend, port, cfg, out):
     own = torch.sigmoid(x.double() @ router.double()).topk(k, -1).indices  # fp64's own choices, for the record
     same = float((own.sort(-1).values == chosen.sort(-1).values).all(-1).double().mean())
 
-    def median_seconds(fn):
-        times = []
-        for _ in range(cfg["reps"]):
-            dist.barrier()
-            if backend == "nccl":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if backend == "nccl":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[len(times) // 2]
+    def median_seconds(fn):  # host clock: the layer's host work (routing, splits) is part of its cost
+        return host_ms(fn, reps=cfg["reps"], warmup=0, device=dev, before=dist.barrier) / 1e3
 
     # the whole layer (routing, drops, both all-to-alls, the experts), then the dispatch alone with even splits
     layer = median_seconds(lambda: moe_expert_parallel(xs, rs, w1s, w2s, k, capacity_factor=cf))

@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from snippets.gemm.triton_ws import _tile_coords  # (program, row blocks, column blocks, GROUP_M) -> (row, column)
+from snippets.common.tiles import tile_coords  # (program, row blocks, column blocks, GROUP_M) -> (row, column)
 from snippets.moe.grouped_gemm import INTERPRETED, check_args, plan
 
 
@@ -19,7 +19,7 @@ from snippets.moe.grouped_gemm import INTERPRETED, check_args, plan
 def _grouped_tma_kernel(XD, WD, Y, TileExpert, TileRow, Offs, ROW_TILES, N, K, stride_ym,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                         DOT_FP32: tl.constexpr):
-    tile, pid_n = _tile_coords(tl.program_id(0), ROW_TILES, tl.cdiv(N, BLOCK_N), GROUP_M)
+    tile, pid_n = tile_coords(tl.program_id(0), ROW_TILES, tl.cdiv(N, BLOCK_N), GROUP_M)
     e = tl.load(TileExpert + tile)
     row0 = tl.load(TileRow + tile)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)

@@ -5,11 +5,12 @@ Mixtral-offloading and Pre-gated MoE). Misses are copied on demand. The output e
 the same weights, the same kernels."""
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
+
+from snippets.common.timing import timed_call
 
 
 class OffloadedMoE:
@@ -110,13 +111,8 @@ def compare(model: OffloadedMoE, tokens: int, reps: int = 5, seed: int = 0) -> d
     for mode in ("resident", "on_demand", "prefetch"):
         times = []
         for _ in range(reps + 1):  # the first is a warm-up
-            if model.cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            y, stats = model.forward(x, mode)
-            if model.cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+            (y, stats), seconds = timed_call(lambda: model.forward(x, mode), x.device)
+            times.append(seconds)
         if ref is None:
             ref = y
         elif not torch.equal(y, ref):

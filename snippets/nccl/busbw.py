@@ -24,9 +24,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import statistics
 import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -34,6 +32,9 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from snippets.common.checks import poisoned_empty
+from snippets.common.timing import events_ms, host_ms
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
 
@@ -148,7 +149,7 @@ def check(op: str, nbytes: int, rank: int, n: int, device: str, dtype, seed: int
     n_send, n_recv, _ = numels(op, nbytes, n, torch.empty((), dtype=dtype).element_size())
     inputs = [_random(n_send, seed * 1_000_003 + r, device, dtype) for r in range(n)]
     send = inputs[rank].clone()
-    recv = send if op in IN_PLACE else torch.full((n_recv,), float("nan"), device=device, dtype=dtype)
+    recv = send if op in IN_PLACE else poisoned_empty((n_recv,), dtype, device)
     RUN[op](send, recv)
     want = expected(op, inputs, rank)
     ok = recv.shape == want.shape and torch.allclose(recv, want, rtol=1e-5, atol=1e-5 * n)
@@ -175,25 +176,14 @@ def time_one(op: str, nbytes: int, rank: int, n: int, device: str, dtype, plan: 
     iters = iterations(nbytes, plan["min_iters"], plan["max_iters"], plan["target_bytes"])
     for _ in range(plan["warmup"]):
         fn(send, recv)
-    cuda = device.startswith("cuda")
-    times = []
-    for _ in range(plan["trials"]):
-        dist.barrier()
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            for _ in range(iters):
-                fn(send, recv)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / iters)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn(send, recv)
-            times.append((time.perf_counter() - t0) / iters)
-    mean = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    def batch():
+        for _ in range(iters):
+            fn(send, recv)
+    if device.startswith("cuda"):  # CUDA events around the batch, every rank leaving the barrier together
+        ms = events_ms(batch, trials=plan["trials"], warmup=0, before=lambda: (dist.barrier(), torch.cuda.synchronize()))
+    else:
+        ms = host_ms(batch, reps=plan["trials"], warmup=0, before=dist.barrier)
+    mean = torch.tensor([ms / 1e3 / iters], dtype=torch.float64, device=device)
     dist.all_reduce(mean)  # nccl-tests' default `-a 1`: the average over ranks
     return mean.item() / n
 # --8<-- [end:time_one]

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from snippets.paged_kv.attention import paged_decode
-from snippets.paged_kv.allocator import BlockManager
-from snippets.paged_kv.model import TinyDecoder
+from snippets.inference.paged_kv.attention import paged_decode
+from snippets.inference.paged_kv.allocator import BlockManager
+from snippets.inference.paged_kv.model import TinyDecoder
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The W4A16 and W8A16 tensor-core GEMV (snippets/serving/csrc/w4_mma_gemv.cu): its weight order against the PTX
+"""The W4A16 and W8A16 tensor-core GEMV (snippets/inference/serving/csrc/w4_mma_gemv.cu): its weight order against the PTX
 ISA's fragment layout and its dequantisation on the CPU, its sm_90a build, and on a GPU its result."""
 import re
 import tempfile
@@ -10,7 +10,7 @@ import torch
 
 from sass_loop import loop_ops
 from snippets.common.cuda_tools import find_nvcc
-from snippets.serving import mma_gemv, quant
+from snippets.inference.serving import mma_gemv, quant
 
 
 @pytest.mark.parametrize("bits", [4, 8])

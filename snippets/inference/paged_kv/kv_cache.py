@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from snippets.paged_kv.allocator import BlockManager, Slot
+from snippets.inference.paged_kv.allocator import BlockManager, Slot
 
 
 # --8<-- [start:cache]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from snippets.paged_kv.model import TinyDecoder
+from snippets.inference.paged_kv.model import TinyDecoder
 
 
 # --8<-- [start:lm]

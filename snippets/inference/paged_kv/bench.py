@@ -3,18 +3,17 @@ inputs before it is timed (snippets.common.timing: medians, L2 flushed); decode 
 decode step must read (plus q and the output), as a fraction of the copy bandwidth measured in the same run."""
 from __future__ import annotations
 
-import random
-
 import torch
 
-from snippets.common.timing import bench_ms
-from snippets.paged_kv import attention as pa
+from snippets.common.checks import fresh_seed, rel_error
+from snippets.common.timing import bench_ms, graphed
+from snippets.inference.paged_kv import attention as pa
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
 def check(name, out, ref, tol):
-    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+    err = rel_error(out, ref)
     if not err <= tol:
         raise AssertionError(f"{name}: relative error {err:.3g} over {tol:g}")
     return err
@@ -25,7 +24,7 @@ def make_cache(batch, context, page, kv_heads, dim, dtype, device, layout="scatt
     """K/V pool, block table and lengths for `batch` sequences of `context` tokens (or `lengths`). scattered:
     each sequence's blocks are a random sample of the pool, as after many allocations and frees; sequential:
     sequence b owns blocks b * pages .. (b + 1) * pages - 1, i.e. a contiguous cache read through a table."""
-    g = torch.Generator(device).manual_seed(seed if seed is not None else random.SystemRandom().randrange(2**31))
+    g = torch.Generator(device).manual_seed(seed if seed is not None else fresh_seed())
     lengths = lengths or [context] * batch
     pages = -(-max(lengths) // page)
     total = batch * pages
@@ -41,27 +40,6 @@ def kv_bytes(lengths, kv_heads, dim, elt, q_heads) -> int:
     """K and V of every cached token once, plus q in and the output out."""
     return int(sum(lengths)) * kv_heads * dim * 2 * elt + 2 * len(lengths) * q_heads * dim * elt
 # --8<-- [end:setup]
-
-
-def graphed(fn, device):
-    """fn captured in a CUDA graph, as serving engines run decode steps: a step this short would otherwise time
-    Python's launch overhead, not the GPU. Returns a function that replays it and returns the graph's output."""
-    if not device.startswith("cuda"):
-        return fn
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):  # compile and warm up outside the capture
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-
-    def replay():
-        graph.replay()
-        return out
-    return replay
 
 
 # --8<-- [start:decode]

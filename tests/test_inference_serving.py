@@ -1,16 +1,16 @@
-"""snippets/serving on the CPU: the speculative sampler's output distribution equals the target's (a chi-square
+"""snippets/inference/serving on the CPU: the speculative sampler's output distribution equals the target's (a chi-square
 test, several draft/target pairs including a bad draft, and a broken sampler that the same test must catch),
 greedy as the special case, the acceptance rate against its closed form; continuous and static batching
 produce the same tokens as plain generation, preemption included."""
 import json
-import random
 from types import SimpleNamespace
 
 import pytest
 import torch
 from compiled import run_compiled
 
-from snippets.serving import speculative as sp
+from snippets.common.checks import fresh_seed
+from snippets.inference.serving import speculative as sp
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")]
@@ -36,7 +36,7 @@ def pair(kind: str, g: torch.Generator):
 
 @pytest.mark.parametrize("kind, k", [("close", 1), ("close", 3), ("bad", 2), ("uniform", 4)])
 def test_speculative_output_follows_the_target_distribution(kind, k):
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     target, draft = pair(kind, g)
     expected = sp.sequence_distribution(target, [0], N)
@@ -49,7 +49,7 @@ def test_speculative_output_follows_the_target_distribution(kind, k):
 
 
 def test_the_same_test_catches_a_sampler_that_always_accepts():
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     target, draft = pair("bad", g)
     expected = sp.sequence_distribution(target, [0], N)
@@ -62,7 +62,7 @@ def test_the_same_test_catches_a_sampler_that_always_accepts():
 
 
 def test_greedy_is_the_special_case():
-    g = torch.Generator().manual_seed(random.SystemRandom().randrange(2**31))
+    g = torch.Generator().manual_seed(fresh_seed())
     logits = torch.randn(8, 8, generator=g)
     target = sp.bigram_model(logits, temperature=0)
     chain = [5]
@@ -77,7 +77,7 @@ def test_greedy_is_the_special_case():
 
 def test_acceptance_rate_matches_its_closed_form():
     """With k = 1 from a fixed token, a proposal is accepted with probability sum_x min(p(x), q(x))."""
-    g = torch.Generator().manual_seed(random.SystemRandom().randrange(2**31))
+    g = torch.Generator().manual_seed(fresh_seed())
     target, draft = pair("close", g)
     expected = float(torch.minimum(target.probs[0], draft.probs[0]).sum())
     stats = sp.Stats()
@@ -96,8 +96,8 @@ def test_sequence_distribution_sums_to_one():
 
 
 def test_schedulers_agree_token_for_token_and_with_plain_generation():
-    from snippets.paged_kv import model as tiny
-    from snippets.serving import scheduler as sch
+    from snippets.inference.paged_kv import model as tiny
+    from snippets.inference.serving import scheduler as sch
 
     net = tiny.TinyDecoder(max_len=128, seed=0)
     reqs = sch.trace(6, rate=0, seed=1, prompt_median=12, out_median=5, max_len=64)
@@ -115,8 +115,8 @@ def test_schedulers_agree_token_for_token_and_with_plain_generation():
 
 
 GRAPHS_GPU = r"""
-from snippets.paged_kv import model as tiny
-from snippets.serving import scheduler as sch
+from snippets.inference.paged_kv import model as tiny
+from snippets.inference.serving import scheduler as sch
 
 net = tiny.TinyDecoder(max_len=128, seed=0, device="cuda")
 reqs = sch.trace(12, rate=0, seed=3, prompt_median=12, out_median=6, max_len=64)
@@ -142,8 +142,8 @@ def test_cuda_graph_steps_give_the_eager_tokens():
 
 
 def test_a_request_that_can_never_fit_is_refused():
-    from snippets.paged_kv import model as tiny
-    from snippets.serving import scheduler as sch
+    from snippets.inference.paged_kv import model as tiny
+    from snippets.inference.serving import scheduler as sch
 
     net = tiny.TinyDecoder(max_len=128, seed=0)
     big = [sch.Request(0, 0.0, list(range(40)), 10)]
@@ -152,7 +152,7 @@ def test_a_request_that_can_never_fit_is_refused():
 
 
 def test_trace_shape():
-    from snippets.serving import scheduler as sch
+    from snippets.inference.serving import scheduler as sch
 
     reqs = sch.trace(500, rate=20.0, seed=3, max_len=512)
     arrivals = [r.arrival for r in reqs]
@@ -165,9 +165,9 @@ def test_trace_shape():
 @pytest.mark.parametrize("m, n, k, group", [(1, 64, 256, 128), (3, 48, 256, 64), (5, 96, 128, 64), (16, 40, 256, 128),
                                             (33, 64, 128, 32)])
 def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k, group):
-    from snippets.serving import quant
+    from snippets.inference.serving import quant
 
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g)
     x = torch.randn(m, k, generator=g).to(dtype)
@@ -197,7 +197,7 @@ def test_weight_only_matmul_matches_dequantise_then_matmul(bits, dtype, m, n, k,
 
 
 def test_int4_packing_round_trips_and_rejects_bad_shapes():
-    from snippets.serving import quant
+    from snippets.inference.serving import quant
 
     w = torch.arange(-8, 8, dtype=torch.float32).repeat(3, 2)  # [3, 32]: every int4 value, scale 8/7 per group
     q, s = quant.quantize(w, 4, 32)
@@ -211,8 +211,8 @@ def test_int4_packing_round_trips_and_rejects_bad_shapes():
 
 
 def test_tiny_model_as_target_and_early_exit_draft():
-    from snippets.paged_kv import model as tiny
-    from snippets.serving import lm
+    from snippets.inference.paged_kv import model as tiny
+    from snippets.inference.serving import lm
 
     net = tiny.TinyDecoder(max_len=64, layers=4, seed=2)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -227,8 +227,8 @@ def test_tiny_model_as_target_and_early_exit_draft():
 
 
 def test_markov_corpus_batched_forward_and_training():
-    from snippets.paged_kv import model as tiny
-    from snippets.serving import lm
+    from snippets.inference.paged_kv import model as tiny
+    from snippets.inference.serving import lm
 
     corpus = lm.markov_corpus(32, 64, 20, branching=2, seed=4)
     assert corpus.shape == (64, 20) and int(corpus.max()) < 32
@@ -252,9 +252,9 @@ def test_markov_corpus_batched_forward_and_training():
 
 def test_serving_measurements_run_end_to_end_on_the_cpu():
     """The lab's measurement functions at toy sizes: every check inside them passes."""
-    from snippets.paged_kv import model as tiny
-    from snippets.serving import bench, lm
-    from snippets.serving import scheduler as sch
+    from snippets.inference.paged_kv import model as tiny
+    from snippets.inference.serving import bench, lm
+    from snippets.inference.serving import scheduler as sch
 
     corpus = lm.markov_corpus(64, 256, 33, seed=0)
     target = tiny.TinyDecoder(vocab=64, dim=64, layers=2, max_len=128, seed=0)
@@ -281,7 +281,7 @@ def test_serving_measurements_run_end_to_end_on_the_cpu():
     by_dtype = q["dense_by_dtype_ms"]
     assert set(by_dtype) == {"float16", "bfloat16"} and q["dense_dtype"] == min(by_dtype, key=by_dtype.get)
     assert q["dense_ms"] == min(by_dtype.values()) and q["w4_speedup"] == q["dense_ms"] / q["w4_ms"]
-    from snippets.serving import quant
+    from snippets.inference.serving import quant
     w8, s8 = quant.quantize(torch.randn(8, 256), 8, 128)
     with pytest.raises(ValueError, match="split into 3 slices"):
         quant.wq_matmul(torch.randn(1, 256).bfloat16(), w8, s8, 8, 128, split_k=3)
@@ -293,7 +293,7 @@ def test_read_words_reads_every_word():
     """The bound kernel's XOR over K equals numpy's: no load was dropped, whatever the grid."""
     import numpy as np
 
-    from snippets.serving import quant
+    from snippets.inference.serving import quant
 
     q, s = quant.quantize(torch.randn(48, 512), 4, 128)
     p = quant.pack_gemv(q, s, 4)
@@ -307,7 +307,7 @@ import json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from snippets.serving import quant
+from snippets.inference.serving import quant
 from tests.sass_loop import loop_ops
 
 fn, out = quant._wq_gemv_kernel, []
@@ -369,11 +369,12 @@ def test_gemv_compiles_for_sm90_to_a_lean_loop():
 def test_rotation_spans_four_l2s_and_times_every_copy(monkeypatch):
     from types import SimpleNamespace
 
-    from snippets.serving import bench
+    from snippets.common.timing import copies_for, l2_bytes
+    from snippets.inference.serving import bench
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(L2_cache_size=50_000_000))
-    assert bench.copies_for(33_500_000, "cuda") == 6 and bench.copies_for(470_000_000, "cuda") == 2
-    assert bench.copies_for(33_500_000, "cpu") == 1
+    assert copies_for(33_500_000, l2_bytes("cuda")) == 6 and copies_for(470_000_000, l2_bytes("cuda")) == 2
+    assert copies_for(33_500_000, l2_bytes("cpu")) == 1
     calls = [0, 0, 0]
 
     def bump(i):
@@ -405,7 +406,7 @@ def test_paired_words_give_neighbouring_weights_to_one_lop3_or_prmt(bits):
     k = per * w + 2j and 2j + 1, exactly."""
     import numpy as np
 
-    from snippets.serving import quant
+    from snippets.inference.serving import quant
 
     q, s = quant.quantize(torch.randn(24, 256), bits, 128)
     p = quant.pack_gemv(q, s, bits, paired=True)
@@ -430,8 +431,8 @@ def test_paired_words_give_neighbouring_weights_to_one_lop3_or_prmt(bits):
 
 
 def test_batching_times_passes_in_turns_and_takes_medians(monkeypatch):
-    from snippets.serving import bench
-    from snippets.serving import scheduler as sch
+    from snippets.inference.serving import bench
+    from snippets.inference.serving import scheduler as sch
 
     reqs = [sch.Request(0, 0.0, [1], 2)]
     rec = {0: sch.Record(tokens=[5, 6], first=0.1, done=0.2)}
@@ -460,8 +461,8 @@ def test_a_step_costs_the_same_ops_whatever_it_holds():
     a later chunk runs the very ops of a decode-only step."""
     from torch.profiler import ProfilerActivity, profile
 
-    from snippets.paged_kv import model as tiny
-    from snippets.serving import scheduler as sch
+    from snippets.inference.paged_kv import model as tiny
+    from snippets.inference.serving import scheduler as sch
 
     net = tiny.TinyDecoder(max_len=128, seed=0)
     eng = sch.Engine(net, 64, 4)
@@ -485,7 +486,7 @@ def test_a_step_costs_the_same_ops_whatever_it_holds():
 
 
 def test_step_bound_counts_the_steps_of_each_scheduler():
-    from snippets.serving.scheduler import Request, step_bound
+    from snippets.inference.serving.scheduler import Request, step_bound
 
     same = [Request(i, 0.0, [1], 5) for i in range(4)]
     assert step_bound(same, 4, 0.01)["ratio"] == pytest.approx(1.0)  # one full batch of equal requests: no gain

@@ -1,7 +1,6 @@
-"""snippets/paged_kv on the CPU: the block manager's invariants under random operation sequences (hypothesis),
+"""snippets/inference/paged_kv on the CPU: the block manager's invariants under random operation sequences (hypothesis),
 its typed errors, the waste accounting, and the Triton decode kernel (interpreter) against an fp32 reference
 over block sizes, group sizes, lengths that are not multiples of the block size, and split counts."""
-import random
 
 import numpy as np
 import pytest
@@ -9,10 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snippets.paged_kv import attention as pa
-from snippets.paged_kv import waste
-from snippets.paged_kv.allocator import BlockManager, CacheStateError, OutOfBlocks
-from snippets.paged_kv.kv_cache import PagedKVCache
+from snippets.common.checks import fresh_seed
+from snippets.inference.paged_kv import attention as pa
+from snippets.inference.paged_kv import waste
+from snippets.inference.paged_kv.allocator import BlockManager, CacheStateError, OutOfBlocks
+from snippets.inference.paged_kv.kv_cache import PagedKVCache
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning"),
@@ -163,7 +163,7 @@ def random_paged(batch, lengths, page, kv_heads, dim, dtype, g):
     (16, 4, [1, 17, 40], None), (16, 1, [33], 3), (32, 8, [100, 5], 2), (64, 2, [64, 130, 1], None),
     (128, 4, [129], 1), (16, 4, [300, 2], 7)])
 def test_decode_matches_reference(page, group, lengths, splits, dtype, tol):
-    seed = random.SystemRandom().randrange(2**31)
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     kv_heads, dim = 2, 32
     k, v, table, lens = random_paged(len(lengths), lengths, page, kv_heads, dim, dtype, g)
@@ -188,7 +188,7 @@ def test_decode_rejects_bad_shapes():
 
 
 def test_tiny_model_generates_the_same_tokens_three_ways():
-    from snippets.paged_kv import model as tiny
+    from snippets.inference.paged_kv import model as tiny
 
     net = tiny.TinyDecoder(max_len=64, seed=3)
     prompt = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(5)).tolist()
@@ -198,7 +198,7 @@ def test_tiny_model_generates_the_same_tokens_three_ways():
 
 
 def test_bench_layouts_and_check():
-    from snippets.paged_kv import bench
+    from snippets.inference.paged_kv import bench
 
     _, _, table, lens = bench.make_cache(3, 40, 16, 2, 32, torch.float32, "cpu", layout="sequential")
     assert table.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] and lens.tolist() == [40, 40, 40]

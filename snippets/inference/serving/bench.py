@@ -4,22 +4,15 @@ graph replays over rotating copies of the layer (rotated_ms), as consecutive dec
 FP8 GEMM, far larger than the L2, as graph replays with the L2 flushed."""
 from __future__ import annotations
 
-import math
 import statistics
-import time
 
 import torch
 
-from snippets.common.timing import bench_ms
-from snippets.paged_kv.bench import graphed
-from snippets.paged_kv.model import TinyDecoder
-from snippets.serving import lm, mma_gemv, quant, scheduler
-from snippets.serving import speculative as sp
-
-
-def _sync(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+from snippets.common.checks import fresh_seed, rel_error
+from snippets.common.timing import bench_ms, events_ms, graphed, l2_bytes, replay_ms, rotating, timed_call
+from snippets.inference.paged_kv.model import TinyDecoder
+from snippets.inference.serving import lm, mma_gemv, quant, scheduler
+from snippets.inference.serving import speculative as sp
 
 
 # --8<-- [start:spec]
@@ -34,16 +27,11 @@ def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]
     for _ in range(reps):
         stats = sp.Stats()  # each run draws the same tokens from the same seed: the last run's counts stand
         g = torch.Generator().manual_seed(seed)
-        _sync(device)
-        t0 = time.perf_counter()
-        spec = [sp.generate(tm, dm, p, n, k, g, stats) for p in prompts]
-        _sync(device)
-        t_spec.append(time.perf_counter() - t0)
+        spec, seconds = timed_call(lambda: [sp.generate(tm, dm, p, n, k, g, stats) for p in prompts], device)
+        t_spec.append(seconds)
         g = torch.Generator().manual_seed(seed)
-        t0 = time.perf_counter()
-        plain = [sp.sample_plain(tm, p, n, g) for p in prompts]
-        _sync(device)
-        t_plain.append(time.perf_counter() - t0)
+        plain, seconds = timed_call(lambda: [sp.sample_plain(tm, p, n, g) for p in prompts], device)
+        t_plain.append(seconds)
         if temperature == 0 and spec != plain:
             raise AssertionError(f"greedy speculative decoding changed the tokens (k={k})")
     t_spec, t_plain, tokens = statistics.median(t_spec), statistics.median(t_plain), n * len(prompts)
@@ -87,13 +75,6 @@ def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_
 # --8<-- [end:batching]
 
 
-def copies_for(nbytes: int, device) -> int:
-    """How many copies of an input make a rotation at least four times the L2 (one on the CPU)."""
-    if not str(device).startswith("cuda"):
-        return 1
-    return max(2, math.ceil(4 * torch.cuda.get_device_properties(device).L2_cache_size / nbytes))
-
-
 def rotated_ms(fns, device, reps: int = 50) -> float:
     """Median milliseconds per call of fns run back to back, each on its own copy of the inputs, captured in one
     CUDA graph and timed with events. When a copy comes round again the L2 holds only other copies' clean lines, as
@@ -102,17 +83,7 @@ def rotated_ms(fns, device, reps: int = 50) -> float:
     run = graphed(lambda: [f() for f in fns], device)
     if not str(device).startswith("cuda"):
         return bench_ms(run, device) / len(fns)
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times) / len(fns)
+    return events_ms(run, trials=reps, warmup=3) / len(fns)
 
 
 # --8<-- [start:quant]
@@ -129,19 +100,20 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
     in bf16 (dense_by_dtype_ms), and the faster of the two is the baseline of every speedup (dense_ms, dense_dtype),
     the same-bytes layer running in it too; the baseline also with the L2 flushed (dense_flushed_ms), to show what
     the flush costs a read this small."""
-    g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
+    g = torch.Generator(device).manual_seed(fresh_seed())
+    l2 = l2_bytes(device)
     w = torch.randn(n, k, generator=g, device=device) / k**0.5
     x = torch.randn(m, k, generator=g, device=device).to(dtype)
     by_dtype = {}
     for dt in dict.fromkeys((dtype, torch.bfloat16)):
-        xd, dense = x.to(dt), [w.to(dt) for _ in range(copies_for(w.nbytes // 2, device))]
+        xd, dense = x.to(dt), rotating(lambda: w.to(dt), w.nbytes // 2, l2)
         by_dtype[dt] = rotated_ms([lambda d=d: xd @ d.T for d in dense], device)
         del dense
     fast = min(by_dtype, key=by_dtype.get)
     xf, wf = x.to(fast), w.to(fast)
     out = {"m": m, "dense_ms": by_dtype[fast], "dense_dtype": str(fast).removeprefix("torch."),
            "dense_by_dtype_ms": {str(dt).removeprefix("torch."): ms for dt, ms in by_dtype.items()},
-           "dense_flushed_ms": bench_ms(graphed(lambda: xf @ wf.T, device), device)}
+           "dense_flushed_ms": replay_ms(lambda: xf @ wf.T, device)}
     rows = {"gemv": quant.GEMV_MAX_ROWS, "gemv2": quant.GEMV_MAX_ROWS, "cuda": 8}  # the most rows each kind takes
     applicable = [c for c in configs if m <= rows.get(c[0], m)]
     pack = {"mma": lambda q, s, bits: (q.clone(), s.clone()),
@@ -154,7 +126,7 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
         nbytes = q.nbytes + s.nbytes
         layers = {}  # the copies each kind of kernel reads
         for kind in {c[0] for c in applicable}:
-            layers[kind] = [pack[kind](q, s, bits) for _ in range(copies_for(nbytes, device))]
+            layers[kind] = rotating(lambda: pack[kind](q, s, bits), nbytes, l2)
         deq = quant.dequantize(q, s, bits, group)
         refs = {dt: xd.float() @ deq.to(dt).float().T for dt, xd in {dtype: x, xc.dtype: xc}.items()}
         best, read, by_kind = None, None, {}
@@ -167,7 +139,7 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                 fns = [lambda p=p: quant.wq_gemv(x, p, *cfg) for p in layers[kind]]
             y = graphed(fns[0], device)()
             ref = refs[y.dtype]
-            err = ((y.float() - ref).norm() / ref.norm()).item()
+            err = rel_error(y.float(), ref)
             if not err < 1e-2:
                 raise AssertionError(f"W{bits}A16 m={m} config {(kind, *cfg)}: kernel error {err:.3g}")
             ms = rotated_ms(fns, device)
@@ -181,7 +153,7 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
         out[f"w{bits}_speedup"] = out["dense_ms"] / best[0]
         if read is not None:
             out[f"w{bits}_read_ms"], out[f"w{bits}_read_speedup"] = read, out["dense_ms"] / read
-            same = [wf[: n * bits // 16].clone() for _ in range(copies_for(wf.nbytes * bits // 16, device))]
+            same = rotating(lambda: wf[: n * bits // 16].clone(), wf.nbytes * bits // 16, l2)
             ms = rotated_ms([lambda d=d: xf @ d.T for d in same], device)
             out[f"w{bits}_same_bytes_ms"], out[f"w{bits}_same_bytes_speedup"] = ms, out["dense_ms"] / ms
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
@@ -194,7 +166,7 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
 def fp8_gemm(m: int, n: int, k: int, device) -> dict:
     """W8A8 in FP8 (e4m3, per-tensor scales) through torch._scaled_mm against the bf16 GEMM: the compute-side
     contrast to weight-only quantisation. Needs FP8 tensor cores (compute capability 8.9 or newer)."""
-    g = torch.Generator(device).manual_seed(int(time.time_ns()) % 2**31)
+    g = torch.Generator(device).manual_seed(fresh_seed())
     a = torch.randn(m, k, generator=g, device=device)
     b = torch.randn(n, k, generator=g, device=device)
     fp8 = torch.float8_e4m3fn

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from snippets.paged_kv.attention import paged_decode
-from snippets.paged_kv.kv_cache import PagedKVCache
+from snippets.inference.paged_kv.attention import paged_decode
+from snippets.inference.paged_kv.kv_cache import PagedKVCache
 
 
 # --8<-- [start:model]

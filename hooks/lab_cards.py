@@ -11,7 +11,8 @@ from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.lab_html import lab_card  # noqa: E402
-from tools.labs import ROOT, LabError, newest_result  # noqa: E402
+from kb.labs import ROOT, LabError  # noqa: E402
+from kb.results import newest_result  # noqa: E402
 from tools.pages import LAB_MARKER, is_question  # noqa: E402
 
 INDEX_MARKER = "<!-- lab-index -->"

@@ -12,7 +12,8 @@ from mkdocs.plugins import event_priority
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.lab_html import lab_header  # noqa: E402
-from tools.labs import LabError, newest_result  # noqa: E402
+from kb.labs import LabError  # noqa: E402
+from kb.results import newest_result  # noqa: E402
 
 
 def _notebook(page) -> str | None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.labs import ROOT, newest_result  # noqa: E402
+from kb.labs import ROOT  # noqa: E402
+from kb.results import newest_result  # noqa: E402
 
 PATTERN = re.compile(r"<!-- metric ([\w.-]+) ([a-z][a-z0-9_]*)( %)? -->")
 

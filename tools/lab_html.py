@@ -4,8 +4,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from snippets.common.recorded import data_tables, metrics_table, provenance
-from tools.labs import ROOT, Result, colab_url, hardware_needs, lab_meta, read_notebook, title_zh
+from kb.labs import ROOT, colab_url, hardware_needs, lab_meta, read_notebook, title_zh
+from kb.results import Result, data_tables, metrics_table, provenance
 
 WORDS = {
     "zh": {"colab": "在 Colab 中打开", "none": "尚无 GPU 结果：以下为未执行的笔记本。",

@@ -17,7 +17,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tools.lab_cells import ENV_CELL, setup_cell  # noqa: E402
+from kb.lab_cells import ENV_CELL, setup_cell  # noqa: E402
 from tools.pages import LAB_MARKER, VOCAB  # noqa: E402
 
 BODY = {

@@ -1,0 +1,1 @@
+"""The contract between lab notebooks, the GPU runner and the results they publish."""

@@ -6,7 +6,7 @@ BIN   := $(VENV)/bin
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help setup browser-deps serve build check test gpu-run new-question clean
+.PHONY: help setup browser-deps serve build check test gpu-run gpu-manifest new-question clean
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -45,7 +45,12 @@ test: setup browser-deps  ## everything CI runs: the fast lane, then notebooks (
 # A GPU machine may bring its own CUDA build of torch: `make gpu-run GPU_PYTHON=python3` uses it as is.
 GPU_PYTHON ?= $(BIN)/python
 gpu-run: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)  ## on a GPU machine: run every lab at full size, refresh results/
-	$(GPU_PYTHON) -m tools.gpu_run $(NOTEBOOKS) $(if $(OUT_DIR),--out $(OUT_DIR))
+	$(GPU_PYTHON) -m kb.gpu_run $(NOTEBOOKS) $(if $(OUT_DIR),--out $(OUT_DIR))
+
+# For a GPU machine that gets a copy of the tree without .git: run there with
+# KB_COMMIT=<the printed commit> KB_MANIFEST=<the copied manifest> make gpu-run
+gpu-manifest: setup  ## write .device/manifest.txt (git ls-files -s at HEAD) and print the commit; needs a clean tree
+	$(BIN)/python -m kb.manifest
 
 new-question: setup  ## scaffold a question page (SECTION=kernels SLUG=my-question [LAB=1])
 	$(BIN)/python -m kb.new_question --section "$(SECTION)" --slug "$(SLUG)" $(if $(LAB),--lab)

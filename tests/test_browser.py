@@ -5,7 +5,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tools.labs import colab_url, newest_result
+from kb.labs import colab_url
+from kb.results import newest_result
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]

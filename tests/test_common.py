@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from snippets.common import record, recorded
+from kb import results as recorded
+from snippets.common import record
 from snippets.common.env import environment, gpu_slug
 from snippets.common.timing import bench_ms
 
@@ -49,6 +50,8 @@ def test_gpu_slug():
     assert gpu_slug("NVIDIA H200") == "nvidia-h200"
     assert gpu_slug("Tesla T4") == "tesla-t4"
     assert gpu_slug("NVIDIA A100-SXM4-80GB") == "nvidia-a100-sxm4-80gb"
+    for name in ("NVIDIA H200", "CPU (x86_64)", "Tesla T4", "NVIDIA A100-SXM4-80GB"):
+        assert recorded.gpu_slug(name) == gpu_slug(name)  # kb keeps a copy, since it does not import snippets
 
 
 def test_bench_ms_measures_time():
@@ -76,14 +79,29 @@ def test_capability_rules(have, need, ok):
     assert capability_ok(have, need) is ok
 
 
-def test_unmet_needs_are_explained_and_recorded_results_shown(capsys):
-    from snippets.common.hardware import run_or_show, unmet
+def test_unmet_needs_are_explained():
+    from snippets.common.hardware import unmet
     assert unmet() is None
     if not torch.cuda.is_available():
         assert unmet(gpus=2) == "needs 2 GPU(s), this machine has 0"
-        assert run_or_show("00-gpu-ceilings", gpus=1, lang="en") is False
-        out = capsys.readouterr().out
-        assert "skipped here: needs 1 GPU(s)" in out
+        assert unmet(capability="9.0a") == "needs sm_90a, this machine has no GPU"
+
+
+def test_metric_is_printed_in_plain_python(fresh_record, capsys):
+    record.metric("x_gbps", 1234.5678, "GB/s", zh="带宽", en="Bandwidth")
+    assert capsys.readouterr().out == "Bandwidth: 1235 GB/s\n"
+
+
+def test_metric_is_displayed_machine_readable_under_ipython(fresh_record, monkeypatch):
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    record.metric("x_gbps", 1234.5678, "GB/s", zh="带宽", en="Bandwidth")
+    assert shown == [({"application/vnd.kb.metric+json": {"name": "x_gbps", "value": 1234.5678, "unit": "GB/s"},
+                       "text/plain": "Bandwidth: 1235 GB/s"}, True)]
 
 
 def test_recorded_data_tables_are_collapsible_markdown():

@@ -35,7 +35,7 @@ def test_scaffolded_question_and_lab_pass_the_checks(tmp_path):
     notebooks = sorted((repo / "notebooks").glob("*-prefix-caching.ipynb"))
     assert len(notebooks) == 1
     checks = subprocess.run([sys.executable, "-c", (
-        "from pathlib import Path; from tools.pages import check_page; from tools.labs import lab_meta;"
+        "from pathlib import Path; from kb.pages import check_page; from kb.labs import lab_meta;"
         "check_page(Path('docs/inference/prefix-caching.md')); check_page(Path('docs/inference/prefix-caching.en.md'));"
         f"lab_meta(Path('{notebooks[0].relative_to(repo)}'))")], cwd=repo, capture_output=True, text=True)
     assert checks.returncode == 0, checks.stderr
@@ -43,7 +43,7 @@ def test_scaffolded_question_and_lab_pass_the_checks(tmp_path):
     assert build.returncode == 0, build.stderr[-3000:]
     assert (tmp_path / "site/inference/prefix-caching/index.html").is_file()
     assert (tmp_path / f"site/labs/{notebooks[0].stem}/index.html").is_file()
-    run = subprocess.run([sys.executable, "-m", "tools.gpu_run", str(notebooks[0]), "--mode", "smoke",
+    run = subprocess.run([sys.executable, "-m", "kb.gpu_run", str(notebooks[0]), "--mode", "smoke",
                           "--allow-cpu", "--out", str(tmp_path / "results")], cwd=repo, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
 

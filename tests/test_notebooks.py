@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.gpu_run import execute
-from tools.labs import lab_meta
+from kb.gpu_run import execute
+from kb.labs import lab_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

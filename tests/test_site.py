@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.labs import colab_url, newest_result
+from kb.labs import colab_url
+from kb.results import newest_result
 from conftest import mkdocs_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_every_question_page_exists_in_both_languages(built_site):
 
 @pytest.mark.parametrize("stem", sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb")))
 def test_lab_page_renders_the_notebook_with_its_banner(built_site, stem):
-    from tools.labs import hardware_needs, lab_meta
+    from kb.labs import hardware_needs, lab_meta
 
     lab = f"notebooks/{stem}.ipynb"
     html = (built_site / f"labs/{stem}/index.html").read_text()

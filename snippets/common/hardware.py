@@ -1,7 +1,8 @@
-"""Does this machine meet a lab's hardware needs? If not, say so and show the recorded results.
+"""Does this machine meet a lab's hardware needs? `unmet` says why not, or None.
 
-A lab that needs sm_90a or two GPUs still opens on a Colab T4: the parts it cannot run are
-skipped with a reason, and the GPU results recorded under results/ are shown in their place.
+A lab that needs sm_90a or two GPUs still opens on a Colab T4: a part it cannot run does
+`reason = unmet(...)` and, if there is a reason, shows the verified GPU results instead
+(`from kb.results import show; show(STEM, reason)`).
 """
 from __future__ import annotations
 
@@ -28,15 +29,3 @@ def unmet(gpus: int = 0, capability: str | None = None) -> str | None:
         shown = "no GPU" if have is None else f"sm_{have[0]}{have[1]}"
         return f"needs sm_{capability.replace('.', '')}, this machine has {shown}"
     return None
-
-
-def run_or_show(stem: str, gpus: int = 0, capability: str | None = None, lang: str = "zh") -> bool:
-    """True when the part can run here; otherwise print why and display the recorded GPU results."""
-    reason = unmet(gpus, capability)
-    if reason is None:
-        return True
-    from snippets.common.recorded import show
-
-    print(f"skipped here: {reason}; the recorded GPU results follow")
-    show(stem, lang)
-    return False

@@ -1,6 +1,7 @@
 """Record a lab's published numbers: the only way a notebook reports a metric.
 
-`make gpu-run` sets KB_RECORD_PATH; each call rewrites that file with every metric and table so
+Under IPython each metric is also displayed as an `application/vnd.kb.metric+json` output, the exact
+value that kb/results.py compares the result's JSON with. `make gpu-run` sets KB_RECORD_PATH; each call rewrites that file with every metric and table so
 far and the snippet files the kernel has imported (they become the result's `inputs`). Without
 the variable (smoke runs, Colab) the values are only shown.
 """
@@ -32,8 +33,22 @@ def metric(name: str, value: float, unit: str, zh: str, en: str) -> float:
     _state["metrics"][name] = value
     _state["labels"][name] = {"unit": unit, "zh": zh, "en": en}
     _flush()
-    print(f"{en}: {value:.4g} {unit}")
+    _show(name, value, unit, f"{en}: {value:.4g} {unit}")
     return value
+
+
+def _show(name: str, value: float, unit: str, line: str) -> None:
+    """The printed line; in a notebook also an exact machine-readable record of the metric, which
+    kb/results.py checks every published metric against."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    if shell is None:
+        print(line)
+        return
+    from IPython.display import display
+
+    display({"application/vnd.kb.metric+json": {"name": name, "value": value, "unit": unit},
+             "text/plain": line}, raw=True)
 
 
 def table(name: str, columns: list[str], rows: list[list], zh: str, en: str) -> None:

@@ -5,7 +5,7 @@ and last cells are exactly these, so the clone URL always follows `repo_url` in 
 """
 from __future__ import annotations
 
-from tools.labs import mkdocs_value
+from kb.labs import mkdocs_value
 
 
 def setup_cell(url: str | None = None) -> str:

@@ -1,19 +1,16 @@
-"""Lab notebooks and their GPU results: metadata, freshness, Colab links.
+"""Lab notebooks: metadata, hardware needs, Colab links (results: kb/results.py).
 
-One module that hooks, tests and `tools/gpu_run.py` share, so the site, the checks and the runner
-agree on what a lab needs and whether its published numbers still match its code.
+One module that hooks, tests and `kb/gpu_run.py` share, so the site, the checks and the runner
+agree on what a lab needs. It imports nothing from mkdocs, torch or snippets.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
-
 ROOT = Path(__file__).resolve().parents[1]
-RESULT_SCHEMA = json.loads((ROOT / "schemas/result.schema.json").read_text(encoding="utf-8"))
 
 
 class LabError(ValueError):
@@ -113,56 +110,23 @@ def colab_url(notebook: str) -> str:
     return f"https://colab.research.google.com/github/{repo[len(prefix):]}/blob/{branch}/{notebook}"
 
 
-@dataclass
-class Result:
-    path: Path
-    data: dict
-    stale: list[str] = field(default_factory=list)
-
-    @property
-    def fresh(self) -> bool:
-        return not self.stale
-
-    @property
-    def notebook_path(self) -> Path:
-        return self.path.with_suffix(".ipynb")
+def capability_ok(have: tuple[int, int] | None, need: str | None) -> bool:
+    """need: None, '8.0', '9.0a' ('a' = the arch-specific features of exactly that chip); a copy of
+    snippets.common.hardware.capability_ok, since kb does not import snippets."""
+    if need is None:
+        return True
+    if have is None:
+        return False
+    major, minor = (int(x) for x in need.rstrip("a").split("."))
+    return have == (major, minor) if need.endswith("a") else have >= (major, minor)
 
 
-def load_result(path: Path) -> Result:
-    """Read and check one results/<slug>/<stem>.json, and work out whether it is fresh."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise LabError(f"{rel(path)}: not readable JSON: {e}") from e
-    try:
-        jsonschema.validate(data, RESULT_SCHEMA)
-    except jsonschema.ValidationError as e:
-        at = "/".join(map(str, e.absolute_path)) or "(top level)"
-        raise LabError(f"{rel(path)}: breaks the result contract at {at}: {e.message}") from e
-    if Path(data["notebook"]).stem != Path(path).stem:
-        raise LabError(f"{rel(path)}: names notebook {data['notebook']}, but the file is named for {Path(path).stem}")
-    if data["notebook"] not in data["inputs"]:
-        raise LabError(f"{rel(path)}: inputs must include the notebook itself ({data['notebook']})")
-    if not Path(path).with_suffix(".ipynb").exists():
-        raise LabError(f"{rel(path)}: the executed notebook {rel(Path(path).with_suffix('.ipynb'))} is missing")
-    unlabelled = sorted(set(data["metrics"]) - set(data.get("labels", {})))
-    if unlabelled:
-        raise LabError(f"{rel(path)}: metrics without labels: {', '.join(unlabelled)}")
-    stale = [p for p, h in data["inputs"].items() if not (ROOT / p).is_file() or sha256(ROOT / p) != h]
-    return Result(Path(path), data, stale)
-
-
-def results_for(notebook: str) -> list[Result]:
-    """Every GPU result of notebooks/<stem>.ipynb, newest first."""
-    stem = Path(notebook).stem
-    found = [load_result(p) for p in sorted((ROOT / "results").glob(f"*/{stem}.json"))]
-    return sorted(found, key=lambda r: r.data["executed_at"], reverse=True)
-
-
-def newest_result(notebook: str) -> Result | None:
-    found = results_for(notebook)
-    return found[0] if found else None
-
-
-def all_results() -> list[Result]:
-    return [load_result(p) for p in sorted((ROOT / "results").glob("*/*.json"))]
+def unmet_needs(meta: LabMeta, count: int, capability: str | None) -> str | None:
+    """Why a machine with `count` GPUs of `capability` ('9.0', None without a GPU) cannot run a lab, or None."""
+    if count < meta.gpus:
+        return f"needs {meta.gpus} GPU(s) (metadata.kb.requires.gpus), this machine has {count}"
+    have = tuple(int(x) for x in capability.split(".")) if capability else None
+    if not capability_ok(have, meta.capability):
+        shown = "no GPU" if have is None else f"sm_{have[0]}{have[1]}"
+        return f"needs sm_{meta.capability.replace('.', '')} (metadata.kb.requires.capability), this machine has {shown}"
+    return None

@@ -1,0 +1,340 @@
+"""GPU results of the labs (results/<gpu-slug>/<stem>.{json,ipynb}): the one reader, which verifies them.
+
+A result is believed only when it checks out against what was run, not against what the JSON says:
+
+- it sits in the folder of the GPU it names (`gpu_slug(device.name)`), and that is not a CPU;
+- it is a full run (`lab_mode: full`) on at least the GPUs its notebook requires;
+- every metric equals the one the executed notebook beside it recorded (record.metric writes an
+  `application/vnd.kb.metric+json` output), and the notebook recorded none that the JSON lacks;
+- it names the commit it ran at, from a clean tree, with its inputs hashed before the run.
+
+Two results that predate commits (results/legacy.yml) are exempt from the last rule only while their
+bytes are exactly the listed ones. Staleness (an input changed since) is separate: a stale result loads,
+with `stale` naming the files. Notebooks import this module (show), so it imports nothing from mkdocs,
+torch, triton or snippets.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from kb.labs import ROOT, LabError, lab_meta, rel, sha256
+
+RESULTS = ROOT / "results"          # tests point this at a copy under tmp_path
+DEFAULT_GPU = "nvidia-h200"
+LEGACY_FILE = "legacy.yml"          # under RESULTS
+METRIC_MIME = "application/vnd.kb.metric+json"
+RESULT_SCHEMA = json.loads((ROOT / "schemas/result.schema.json").read_text(encoding="utf-8"))
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class ResultError(LabError):
+    """A result file fails its contract or its verification; the message starts with the file and names the field."""
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200'; the folder name under results/ (a copy of snippets.common.env.gpu_slug)."""
+    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+
+
+def is_cpu_slug(slug: str) -> bool:
+    return slug == "cpu" or slug.startswith("cpu-")
+
+
+@dataclass
+class Result:
+    path: Path
+    data: dict
+    stale: list[str] = field(default_factory=list)
+    legacy: bool = False
+
+    @property
+    def fresh(self) -> bool:
+        return not self.stale
+
+    @property
+    def notebook_path(self) -> Path:
+        """The executed notebook stored beside the JSON."""
+        return self.path.with_suffix(".ipynb")
+
+    @property
+    def gpu(self) -> str:
+        return self.path.parent.name
+
+    @property
+    def commit(self) -> str | None:
+        return self.data.get("commit")
+
+
+def where(path: Path) -> str:
+    """results/<slug>/<file> for a file under RESULTS (also a patched one), else the repository-relative path."""
+    path = Path(path).resolve()
+    root = Path(RESULTS).resolve()
+    return "results/" + path.relative_to(root).as_posix() if path.is_relative_to(root) else rel(path)
+
+
+def _read(path: Path) -> dict:
+    """JSON, schema and the file's own consistency; no verification against the notebook."""
+    at = where(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultError(f"{at}: not readable JSON: {e}") from e
+    try:
+        jsonschema.validate(data, RESULT_SCHEMA)
+    except jsonschema.ValidationError as e:
+        field_ = ".".join(map(str, e.absolute_path)) or "(top level)"
+        raise ResultError(f"{at}: breaks the result contract at {field_}: {e.message}") from e
+    if Path(data["notebook"]).stem != Path(path).stem:
+        raise ResultError(f"{at}: notebook = {data['notebook']}, but the file is named for {Path(path).stem}")
+    if data["notebook"] not in data["inputs"]:
+        raise ResultError(f"{at}: inputs must include the notebook itself ({data['notebook']})")
+    if not Path(path).with_suffix(".ipynb").exists():
+        raise ResultError(f"{at}: the executed notebook {where(Path(path).with_suffix('.ipynb'))} is missing")
+    unlabelled = sorted(set(data["metrics"]) - set(data.get("labels", {})))
+    if unlabelled:
+        raise ResultError(f"{at}: metrics without labels: {', '.join(unlabelled)}")
+    return data
+
+
+def _stale(data: dict) -> list[str]:
+    return [p for p, h in data["inputs"].items() if not (ROOT / p).is_file() or sha256(ROOT / p) != h]
+
+
+def legacy_entries() -> dict[str, dict]:
+    """results/legacy.yml by result path ('results/<slug>/<stem>.json')."""
+    path = Path(RESULTS) / LEGACY_FILE
+    if not path.exists():
+        return {}
+    try:
+        entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError as e:
+        raise ResultError(f"results/{LEGACY_FILE}: not readable YAML: {e}") from e
+    out = {}
+    for i, e in enumerate(entries if isinstance(entries, list) else [None]):
+        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in
+                                              ("result", "sha256", "notebook_sha256", "why")):
+            raise ResultError(f"results/{LEGACY_FILE}: entry {i} needs result, sha256, notebook_sha256 and why")
+        out[e["result"]] = e
+    return out
+
+
+def _is_legacy(path: Path) -> bool:
+    entry = legacy_entries().get(where(path))
+    if entry is None:
+        return False
+    at = where(path)
+    if sha256(path) != entry["sha256"]:
+        raise ResultError(f"{at}: sha256 differs from the one results/{LEGACY_FILE} lists: the file changed, so "
+                          "its legacy exemption (no commit) no longer applies; re-run the lab with `make gpu-run`")
+    if sha256(Path(path).with_suffix(".ipynb")) != entry["notebook_sha256"]:
+        raise ResultError(f"{at}: notebook_sha256 differs from the one results/{LEGACY_FILE} lists: the executed "
+                          "notebook changed, so the legacy exemption no longer applies; re-run the lab")
+    return True
+
+
+def notebook_metrics(nb: dict) -> dict[str, float]:
+    """The metrics an executed notebook recorded (record.metric's machine-readable outputs), last one winning."""
+    found = {}
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            rec = out.get("data", {}).get(METRIC_MIME)
+            if isinstance(rec, str):
+                rec = json.loads(rec)
+            if isinstance(rec, dict) and "name" in rec:
+                found[rec["name"]] = rec.get("value")
+    return found
+
+
+def _printed_lines(nb: dict) -> set[str]:
+    lines = set()
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if out.get("output_type") == "stream":
+                text = out.get("text", "")
+                lines.update(("".join(text) if isinstance(text, list) else text).splitlines())
+    return lines
+
+
+def _check_metrics(path: Path, data: dict, legacy: bool) -> None:
+    at = where(path)
+    nb_path = Path(path).with_suffix(".ipynb")
+    try:
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultError(f"{at}: the executed notebook {where(nb_path)} is not readable: {e}") from e
+    recorded = notebook_metrics(nb)
+    if legacy and not recorded:  # recorded before record.metric wrote machine-readable outputs: its printed line
+        lines = _printed_lines(nb)
+        for name, value in data["metrics"].items():
+            label = data["labels"][name]
+            line = f"{label['en']}: {value:.4g} {label['unit']}"
+            if line not in lines:
+                raise ResultError(f"{at}: metrics.{name} = {value} but the executed notebook never printed {line!r}")
+        return
+    for name, value in data["metrics"].items():
+        if name not in recorded:
+            raise ResultError(f"{at}: metrics.{name} = {value} but the executed notebook recorded no such metric")
+        if recorded[name] != value:
+            raise ResultError(f"{at}: metrics.{name} = {value} but the executed notebook recorded {recorded[name]}")
+    extra = sorted(set(recorded) - set(data["metrics"]))
+    if extra:
+        raise ResultError(f"{at}: metrics lacks {', '.join(extra)}, which the executed notebook recorded")
+
+
+def load(path: Path) -> Result:
+    """Read one results/<slug>/<stem>.json and verify it (module docstring); raise ResultError naming the field."""
+    path = Path(path)
+    at = where(path)
+    data = _read(path)
+    slug, device = path.parent.name, data["device"]
+    if is_cpu_slug(slug) or is_cpu_slug(gpu_slug(device["name"])) or device.get("cuda") is None:
+        raise ResultError(f"{at}: device.name = {device['name']!r} (cuda {device.get('cuda')}): "
+                          "results/ holds GPU results only")
+    if slug != gpu_slug(device["name"]):
+        raise ResultError(f"{at}: device.name = {device['name']!r} belongs under results/{gpu_slug(device['name'])}/,"
+                          f" not results/{slug}/")
+    if data["lab_mode"] != "full":
+        raise ResultError(f"{at}: lab_mode = {data['lab_mode']!r}: only a full run is a result")
+    notebook = ROOT / data["notebook"]
+    if not notebook.is_file():
+        raise ResultError(f"{at}: notebook = {data['notebook']} does not exist")
+    need = max(1, lab_meta(notebook).gpus)
+    if device["count"] < need:
+        raise ResultError(f"{at}: device.count = {device['count']} but {data['notebook']} requires {need} GPU(s) "
+                          "(metadata.kb.requires.gpus)")
+    legacy = _is_legacy(path)
+    if not legacy:
+        if not isinstance(data.get("commit"), str) or not _COMMIT.match(data["commit"]):
+            raise ResultError(f"{at}: commit = {data.get('commit')!r}: a result names the 40-hex commit it ran at "
+                              "(run it with `make gpu-run`)")
+        if data.get("tree_clean") is not True:
+            raise ResultError(f"{at}: tree_clean = {data.get('tree_clean')!r}: the inputs must be those of the commit")
+        if data.get("inputs_hashed") != "before-run":
+            raise ResultError(f"{at}: inputs_hashed = {data.get('inputs_hashed')!r}: inputs must be hashed "
+                              "'before-run'")
+    _check_metrics(path, data, legacy)
+    return Result(path, data, _stale(data), legacy)
+
+
+def _stem(notebook_or_stem: str) -> str:
+    return Path(notebook_or_stem).stem
+
+
+def all_results() -> list[Result]:
+    """Every results/<slug>/<stem>.json (not results/<slug>/partial/), each verified; the first failure raises."""
+    return [load(p) for p in sorted(Path(RESULTS).glob("*/*.json"))]
+
+
+def result_for(notebook_or_stem: str, gpu: str | None = None) -> Result | None:
+    """The verified full result of that lab on that GPU slug (default DEFAULT_GPU); None if there is none."""
+    path = Path(RESULTS) / (gpu or DEFAULT_GPU) / f"{_stem(notebook_or_stem)}.json"
+    return load(path) if path.exists() else None
+
+
+def problems() -> list[str]:
+    """Every failure over results/ (one line each), for `make check`."""
+    found = []
+    try:
+        entries = legacy_entries()
+    except ResultError as e:
+        return [str(e)]
+    for name in entries:
+        if not (Path(RESULTS) / name.removeprefix("results/")).is_file():
+            found.append(f"results/{LEGACY_FILE}: lists {name}, which does not exist")
+    for p in sorted(Path(RESULTS).glob("*/*.json")):
+        try:
+            load(p)
+        except LabError as e:
+            found.append(str(e))
+    return found
+
+
+def newest_result(notebook: str) -> Result | None:
+    """TRANSITIONAL, for the site hooks until every lab is re-run with commits: the newest result of a lab
+    that follows the schema, NOT verified (use result_for)."""
+    stem = _stem(notebook)
+    found = []
+    for p in sorted(Path(RESULTS).glob(f"*/{stem}.json")):
+        data = _read(p)
+        found.append(Result(p, data, _stale(data)))
+    return max(found, key=lambda r: r.data["executed_at"], default=None)
+
+
+# Rendering: the site's lab cards and show() in notebooks.
+
+WORDS = {
+    "zh": {"metric": "指标", "value": "数值", "fresh": "与当前代码一致", "stale": "代码已变更，结果过期",
+           "mode": "规模", "none": "尚无经过验证的 GPU 结果", "skipped": "此处跳过", "follow": "以下为记录的 GPU 结果"},
+    "en": {"metric": "Metric", "value": "Value", "fresh": "matches the current code", "stale": "stale: code changed since",
+           "mode": "size", "none": "no verified GPU result yet", "skipped": "skipped here",
+           "follow": "the recorded GPU results follow"},
+}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"  # sizes and shapes: 8,192 rather than 8192.0
+    return f"{v:,.4g}" if isinstance(v, float) else str(v)
+
+
+def metrics_table(data: dict, lang: str = "zh") -> str:
+    w = WORDS[lang]
+    lines = [f"| {w['metric']} | {w['value']} |", "| --- | ---: |"]
+    for name, value in data["metrics"].items():
+        label = data.get("labels", {}).get(name, {})
+        lines.append(f"| {label.get(lang, name)} | {_fmt(value)} {label.get('unit', '')} |")
+    return "\n".join(lines)
+
+
+def data_tables(data: dict, lang: str = "zh") -> str:
+    """Every recorded table (a sweep over sizes, say) as a collapsible Markdown block."""
+    blocks = []
+    for table in data.get("tables", {}).values():
+        head = "| " + " | ".join(table["columns"]) + " |"
+        rule = "| " + " | ".join("---:" for _ in table["columns"]) + " |"
+        rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in table["rows"]]
+        body = "\n".join("    " + line for line in [head, rule, *rows])
+        blocks.append(f'??? info "{table[lang]}"\n\n{body}\n')
+    return "\n".join(blocks)
+
+
+def provenance(data: dict, lang: str = "zh", fresh: bool | None = None) -> str:
+    d = data["device"]
+    parts = [f"{d['name']}" + (f" ×{d['count']}" if d.get("count", 1) > 1 else ""),
+             f"driver {d.get('driver')}", f"CUDA {d.get('cuda')}", f"torch {d['torch']}",
+             f"Triton {d.get('triton')}", data["executed_at"][:10],
+             f"{WORDS[lang]['mode']} {data.get('lab_mode', 'full')}"]
+    if data.get("commit"):
+        parts.append(f"commit {data['commit'][:12]}")
+    if fresh is not None:
+        parts.append(WORDS[lang]["fresh"] if fresh else WORDS[lang]["stale"])
+    return " · ".join(parts)
+
+
+def verified_results(notebook_or_stem: str) -> list[Result]:
+    """Every verified result of a lab, over all GPUs, newest first; files that fail verification are left out."""
+    found = []
+    for p in sorted(Path(RESULTS).glob(f"*/{_stem(notebook_or_stem)}.json")):
+        try:
+            found.append(load(p))
+        except LabError:
+            continue
+    return sorted(found, key=lambda r: r.data["executed_at"], reverse=True)
+
+
+def show(stem: str, reason: str, lang: str = "zh") -> None:
+    """In a notebook, for a part this machine cannot run: say why, then display every verified result of the lab."""
+    from IPython.display import Markdown, display
+
+    w = WORDS[lang]
+    results = verified_results(stem)
+    head = f"**{w['skipped']}**: {reason}; " + (w["follow"] if results else f"{w['none']} ({_stem(stem)})")
+    display(Markdown(head))
+    for r in results:
+        display(Markdown(f"**{provenance(r.data, lang, r.fresh)}**\n\n{metrics_table(r.data, lang)}"))

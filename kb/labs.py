@@ -1,10 +1,11 @@
 """Lab notebooks: metadata, hardware needs, Colab links (results: kb/results.py).
 
 One module that hooks, tests and `kb/gpu_run.py` share, so the site, the checks and the runner
-agree on what a lab needs. It imports nothing from mkdocs, torch or snippets.
+agree on what a lab needs. It imports nothing from torch or snippets, and mkdocs only when a link is made.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -78,26 +79,22 @@ def title_zh(nb: dict) -> str:
     return ""
 
 
-def hardware_needs(meta: LabMeta, lang: str) -> list[str]:
-    zh = lang == "zh"
-    needs = []
-    if meta.capability:
-        arch = "sm_" + meta.capability.replace(".", "")
-        needs.append(f"需要 {arch}" if zh else f"needs {arch}")
-    if meta.gpus >= 1:
-        gpus = f"{meta.gpus} 块 GPU" if zh else (f"{meta.gpus} GPUs" if meta.gpus > 1 else "1 GPU")
-        needs.append(f"需要 {gpus}（CPU 上为冒烟规模）" if zh else f"needs {gpus} (smoke size on CPU)")
-    else:
-        needs.append("CPU 即可" if zh else "runs on CPU")
-    return needs
+@functools.cache
+def mkdocs_config():
+    """mkdocs.yml as MkDocs itself reads it (its loader, its defaults, its !relative tags)."""
+    from mkdocs.config import load_config
+    try:
+        return load_config(str(ROOT / "mkdocs.yml"))
+    except Exception as e:  # MkDocs raises its own ConfigurationError and YAML errors
+        raise LabError(f"mkdocs.yml: {e}") from e
 
 
 def mkdocs_value(key: str) -> str:
-    """A plain top-level value of mkdocs.yml (the file has !relative tags, so no yaml.safe_load)."""
-    for line in (ROOT / "mkdocs.yml").read_text(encoding="utf-8").splitlines():
-        if line.startswith(f"{key}:"):
-            return line.split(":", 1)[1].strip()
-    raise LabError(f"mkdocs.yml: no top-level '{key}'")
+    """A top-level value of mkdocs.yml."""
+    value = mkdocs_config().get(key)
+    if not value:
+        raise LabError(f"mkdocs.yml: no top-level '{key}'")
+    return str(value)
 
 
 def colab_url(notebook: str) -> str:

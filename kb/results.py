@@ -255,68 +255,6 @@ def problems() -> list[str]:
     return found
 
 
-def newest_result(notebook: str) -> Result | None:
-    """TRANSITIONAL, for the site hooks until every lab is re-run with commits: the newest result of a lab
-    that follows the schema, NOT verified (use result_for)."""
-    stem = _stem(notebook)
-    found = []
-    for p in sorted(Path(RESULTS).glob(f"*/{stem}.json")):
-        data = _read(p)
-        found.append(Result(p, data, _stale(data)))
-    return max(found, key=lambda r: r.data["executed_at"], default=None)
-
-
-# Rendering: the site's lab cards and show() in notebooks.
-
-WORDS = {
-    "zh": {"metric": "指标", "value": "数值", "fresh": "与当前代码一致", "stale": "代码已变更，结果过期",
-           "mode": "规模", "none": "尚无经过验证的 GPU 结果", "skipped": "此处跳过", "follow": "以下为记录的 GPU 结果"},
-    "en": {"metric": "Metric", "value": "Value", "fresh": "matches the current code", "stale": "stale: code changed since",
-           "mode": "size", "none": "no verified GPU result yet", "skipped": "skipped here",
-           "follow": "the recorded GPU results follow"},
-}
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
-        return f"{int(v):,}"  # sizes and shapes: 8,192 rather than 8192.0
-    return f"{v:,.4g}" if isinstance(v, float) else str(v)
-
-
-def metrics_table(data: dict, lang: str = "zh") -> str:
-    w = WORDS[lang]
-    lines = [f"| {w['metric']} | {w['value']} |", "| --- | ---: |"]
-    for name, value in data["metrics"].items():
-        label = data.get("labels", {}).get(name, {})
-        lines.append(f"| {label.get(lang, name)} | {_fmt(value)} {label.get('unit', '')} |")
-    return "\n".join(lines)
-
-
-def data_tables(data: dict, lang: str = "zh") -> str:
-    """Every recorded table (a sweep over sizes, say) as a collapsible Markdown block."""
-    blocks = []
-    for table in data.get("tables", {}).values():
-        head = "| " + " | ".join(table["columns"]) + " |"
-        rule = "| " + " | ".join("---:" for _ in table["columns"]) + " |"
-        rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in table["rows"]]
-        body = "\n".join("    " + line for line in [head, rule, *rows])
-        blocks.append(f'??? info "{table[lang]}"\n\n{body}\n')
-    return "\n".join(blocks)
-
-
-def provenance(data: dict, lang: str = "zh", fresh: bool | None = None) -> str:
-    d = data["device"]
-    parts = [f"{d['name']}" + (f" ×{d['count']}" if d.get("count", 1) > 1 else ""),
-             f"driver {d.get('driver')}", f"CUDA {d.get('cuda')}", f"torch {d['torch']}",
-             f"Triton {d.get('triton')}", data["executed_at"][:10],
-             f"{WORDS[lang]['mode']} {data.get('lab_mode', 'full')}"]
-    if data.get("commit"):
-        parts.append(f"commit {data['commit'][:12]}")
-    if fresh is not None:
-        parts.append(WORDS[lang]["fresh"] if fresh else WORDS[lang]["stale"])
-    return " · ".join(parts)
-
-
 def verified_results(notebook_or_stem: str) -> list[Result]:
     """Every verified result of a lab, over all GPUs, newest first; files that fail verification are left out."""
     found = []
@@ -332,9 +270,11 @@ def show(stem: str, reason: str, lang: str = "zh") -> None:
     """In a notebook, for a part this machine cannot run: say why, then display every verified result of the lab."""
     from IPython.display import Markdown, display
 
-    w = WORDS[lang]
-    results = verified_results(stem)
-    head = f"**{w['skipped']}**: {reason}; " + (w["follow"] if results else f"{w['none']} ({_stem(stem)})")
-    display(Markdown(head))
-    for r in results:
-        display(Markdown(f"**{provenance(r.data, lang, r.fresh)}**\n\n{metrics_table(r.data, lang)}"))
+    from kb import render
+    from kb.strings import t
+
+    found = verified_results(stem)
+    display(Markdown(t(lang, "recorded_skip", reason=reason) if found else
+                     f"{reason}: {t(lang, 'no_recorded', stem=_stem(stem))}"))
+    for r in found:
+        display(Markdown(f"**{render.provenance(r, lang)}**\n\n{render.metrics_table(r, lang)}"))

@@ -6,7 +6,7 @@ from urllib.parse import urlparse
 import pytest
 
 from kb.labs import colab_url
-from kb.results import newest_result
+from kb.results import result_for
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_lab_page_shows_outputs_plots_and_colab_link(page, site_url):
     href = page.locator("a.kb-colab").first.get_attribute("href")
     assert href == colab_url("notebooks/00-gpu-ceilings.ipynb")
     assert page.locator(".jp-Cell").count() > 3
-    if newest_result("notebooks/00-gpu-ceilings.ipynb"):
+    if result_for("notebooks/00-gpu-ceilings.ipynb"):
         assert page.locator(".kb-provenance.kb-fresh").count() == 1
         plots = page.locator(".jp-OutputArea img")
         assert plots.count() >= 2 and plots.first.evaluate("img => img.naturalWidth") > 100

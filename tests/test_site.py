@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb.labs import colab_url
-from kb.results import newest_result
+from kb.results import result_for
 from conftest import mkdocs_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,21 +44,23 @@ def test_every_question_page_exists_in_both_languages(built_site):
 
 @pytest.mark.parametrize("stem", sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb")))
 def test_lab_page_renders_the_notebook_with_its_banner(built_site, stem):
-    from kb.labs import hardware_needs, lab_meta
+    from kb.labs import lab_meta
+    from kb.render import hardware_needs
 
     lab = f"notebooks/{stem}.ipynb"
     html = (built_site / f"labs/{stem}/index.html").read_text()
     assert '"cells": [' not in html, "the lab page is raw notebook JSON (i18n + mkdocs-jupyter)"
     assert "jp-Notebook" in html or "jupyter-wrapper" in html
     assert f'href="{colab_url(lab)}"' in html
-    result = newest_result(lab)
+    result = result_for(lab)
     if result:
-        assert result.data["device"]["name"] in html and "kb-provenance kb-fresh" in html
+        state = "kb-fresh" if result.fresh and not result.legacy else "kb-stale"
+        assert result.data["device"]["name"] in html and f"kb-provenance {state}" in html
         assert "data:image/png;base64" in html, "the GPU result's plots are missing"
     meta = lab_meta(ROOT / lab)
-    assert all(n in html for n in hardware_needs(meta, "zh"))
+    assert all(n in html for n in hardware_needs(lab, "zh"))
     en = (built_site / f"en/labs/{stem}/index.html").read_text()
-    assert "Open in Colab" in en and all(n in en for n in hardware_needs(meta, "en"))
+    assert "Open in Colab" in en and all(n in en for n in hardware_needs(lab, "en"))
 
 
 def test_question_page_shows_its_lab_card_and_glossary_tooltips(built_site):

@@ -25,7 +25,6 @@ def back_to_back_ms(fn, reps: int = 50, trials: int = 5) -> float:
     return events_ms(fn, trials=trials, calls=reps, warmup=1, before=hold)
 
 
-# --8<-- [start:copy_bandwidth]
 def copy_bandwidth_gbps(nbytes: int, device: str, warm_l2: bool = False, copy=torch.Tensor.copy_) -> float:
     """GB/s of `copy(dst, src)` for float32 buffers of `nbytes`, after checking the copy is exact."""
     n = nbytes // 4
@@ -39,10 +38,8 @@ def copy_bandwidth_gbps(nbytes: int, device: str, warm_l2: bool = False, copy=to
     else:
         ms = bench_ms(lambda: copy(dst, src), device)
     return 2 * n * 4 / (ms * 1e-3) / 1e9
-# --8<-- [end:copy_bandwidth]
 
 
-# --8<-- [start:sweep]
 def copy_sweep(sizes: list[int], device: str) -> list[list[float]]:
     """Rows of [bytes, GB/s with the L2 flushed, GB/s with the L2 warm]."""
     return [[b, copy_bandwidth_gbps(b, device), copy_bandwidth_gbps(b, device, warm_l2=True)] for b in sizes]
@@ -56,7 +53,6 @@ def hbm_bandwidth_gbps(rows: list[list[float]], l2_bytes: int | None) -> float:
     """Best L2-flushed bandwidth among sizes of at least 4x the L2 (the largest size if none is)."""
     big = [gbps for b, gbps, _ in rows if l2_bytes is None or b >= 4 * l2_bytes]
     return max(big) if big else rows[-1][1]
-# --8<-- [end:sweep]
 
 
 def plot_copy_sweep(rows: list[list[float]], l2_bytes: int | None = None):

@@ -36,7 +36,6 @@ def float32_precision(dtype: str):
         torch.set_float32_matmul_precision(old)
 
 
-# --8<-- [start:check]
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref||_F / ||ref||_F in float64; NaN anywhere in `out` gives NaN."""
     return rel_error(out, ref)
@@ -46,10 +45,8 @@ def check_matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: str
     err = relative_error(out, a.double() @ b.double())
     assert err < TOLERANCE[dtype], f"{dtype} {tuple(a.shape)}@{tuple(b.shape)}: relative error {err:.2e}"
     return err
-# --8<-- [end:check]
 
 
-# --8<-- [start:tflops]
 def matmul_tflops(m: int, n: int, k: int, dtype: str, device: str) -> float:
     """TFLOP/s (2mnk flops) of torch.matmul on (m, k) @ (k, n), checked first."""
     with float32_precision(dtype):
@@ -60,7 +57,6 @@ def matmul_tflops(m: int, n: int, k: int, dtype: str, device: str) -> float:
         check_matmul(c, a, b, dtype)
         ms = bench_ms(lambda: torch.matmul(a, b, out=c), device)
     return 2 * m * n * k / (ms * 1e-3) / 1e12
-# --8<-- [end:tflops]
 
 
 def matmul_sweep(shapes: list[tuple[int, int, int]], dtypes: list[str], device: str) -> list[list]:

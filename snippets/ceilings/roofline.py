@@ -5,7 +5,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
-# --8<-- [start:intensity]
 def gemm_intensity(m: int, n: int, k: int, element_bytes: int) -> float:
     """FLOP per byte of C = A @ B: 2mnk flops over A (m x k), B (k x n) and C (m x n) each moved once."""
     return 2 * m * n * k / (element_bytes * (m * k + k * n + m * n))
@@ -19,14 +18,12 @@ def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbps: floa
 def ridge_point(peak_tflops: float, bandwidth_gbps: float) -> float:
     """FLOP per byte where the roof turns flat: below it a kernel is memory-bound."""
     return peak_tflops * 1e3 / bandwidth_gbps
-# --8<-- [end:intensity]
 
 
 def shape_label(m: int, n: int, k: int) -> str:
     return f"{m}³" if m == n == k else f"{m}×{n}×{k}"
 
 
-# --8<-- [start:plot]
 def plot_roofline(points: list[tuple[str, str, float, float]], peaks_tflops: dict[str, float],
                   bandwidth_gbps: float):
     """Log-log roof per dtype from the measured peaks and copy bandwidth; points are
@@ -55,4 +52,3 @@ def plot_roofline(points: list[tuple[str, str, float, float]], peaks_tflops: dic
     ax.legend()
     plt.close(fig)  # the caller displays the returned figure; pyplot must not show it a second time
     return fig
-# --8<-- [end:plot]

@@ -52,7 +52,6 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-# --8<-- [start:cast]
 @triton.jit
 def cast(v, dtype: tl.constexpr):
     # fp32 -> bf16 rounding to nearest even, by hand: Triton 3.6's interpreter truncates instead, and the
@@ -62,7 +61,6 @@ def cast(v, dtype: tl.constexpr):
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         v = tl.where(v == v, bits.to(tl.float32, bitcast=True), v)
     return v.to(dtype)
-# --8<-- [end:cast]
 
 
 # --8<-- [start:philox]
@@ -147,7 +145,6 @@ def _fwd_kernel(X, R, W, B, Y, H, Mean, Rstd, stride_x, stride_r, stride_y, stri
 # --8<-- [end:fwd]
 
 
-# --8<-- [start:bwd]
 @triton.jit
 def _bwd_kernel(DY, H, DHO, W, Mean, Rstd, DX, DR, DW, DB, stride_dy, stride_h, stride_dho, stride_dx, stride_dr,
                 M, N, p, scale, seed, rows_per_program,
@@ -192,7 +189,6 @@ def _bwd_kernel(DY, H, DHO, W, Mean, Rstd, DX, DR, DW, DB, stride_dy, stride_h, 
     tl.store(DW + pid * N + cols, dw, mask=col_ok)
     if HAS_BIAS:
         tl.store(DB + pid * N + cols, db, mask=col_ok)
-# --8<-- [end:bwd]
 
 
 def _check(p: float, seed: int):
@@ -202,7 +198,6 @@ def _check(p: float, seed: int):
         raise ValueError(f"seed must be in [0, 2**63), got {seed}")
 
 
-# --8<-- [start:launch]
 def add_layernorm_fwd(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=0, rms=False, config=None):
     """(y, h, mean, rstd) with y and h shaped [rows, N]; mean is None for RMSNorm. config: (BLOCK_M, num_warps)
     in place of _config's choice."""
@@ -261,10 +256,8 @@ def add_layernorm_bwd(dy, dh_out, h, weight, bias, mean, rstd, p=0.0, seed=0, rm
     dw = dw_part.sum(0).to(weight.dtype)
     db = None if bias is None else db_part.sum(0).to(bias.dtype)
     return dx, dr, dw, db
-# --8<-- [end:launch]
 
 
-# --8<-- [start:autograd]
 class AddLayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, bias, eps, p, seed, rms):
@@ -294,10 +287,8 @@ def add_layernorm(x, residual, weight, bias=None, eps=1e-5, p=0.0, seed=None, rm
 
 def add_rmsnorm(x, residual, weight, bias=None, eps=1e-6, p=0.0, seed=None, training=True):
     return add_layernorm(x, residual, weight, bias, eps, p, seed, rms=True, training=training)
-# --8<-- [end:autograd]
 
 
-# --8<-- [start:reference]
 def add_layernorm_ref(x, residual, weight, bias=None, eps=1e-5, p=0.0, keep=None, rms=False,
                       dtype=torch.float32, h_dtype=None):
     """Unfused (y, h) computed in `dtype`, applying the mask `keep` from `dropout_mask`. The norm reads h
@@ -322,4 +313,3 @@ def add_layernorm_eager(x, residual, weight, bias=None, eps=1e-5, p=0.0, rms=Fal
         y = F.rms_norm(h, n, weight, eps)
         return (y if bias is None else y + bias), h
     return F.layer_norm(h, n, weight, bias, eps), h
-# --8<-- [end:reference]

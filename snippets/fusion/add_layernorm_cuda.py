@@ -21,7 +21,6 @@ TARGETS = {"sm_90a": "arch=compute_90a,code=sm_90a", "sm_80": "arch=compute_80,c
 NVCC_FLAGS = ["-O3", "-std=c++20", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
               "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
 
-# --8<-- [start:wrapper]
 WRAPPER = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -71,10 +70,8 @@ def build(verbose: bool = False):
     return load_inline(name="fusion_add_layernorm", cpp_sources=WRAPPER, cuda_sources=CU.read_text(),
                        functions=["add_layernorm_fwd"], extra_include_paths=[str(CSRC)],
                        extra_cuda_cflags=["-O3"], verbose=verbose)
-# --8<-- [end:wrapper]
 
 
-# --8<-- [start:ptxas]
 def parse_ptxas(report: str) -> dict[str, dict[str, dict[str, int]]]:
     """{arch: {kernel: {registers, spill_stores, spill_loads, stack_bytes, smem_bytes}}} from nvcc -Xptxas -v."""
     out: dict[str, dict[str, dict[str, int]]] = {}
@@ -134,4 +131,3 @@ def global_accesses(obj: str | Path, cuobjdump: str | None = None) -> dict[str, 
         elif kernel and (m := re.search(r"\b((?:LDG|STG)[.\w]*)", line)):
             out[arch][kernel][m.group(1)] += 1
     return out
-# --8<-- [end:ptxas]

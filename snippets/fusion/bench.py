@@ -40,7 +40,6 @@ def compile_fn(fn, **kwargs):
     return torch.compile(functools.partial(fn, **kwargs), dynamic=False)
 
 
-# --8<-- [start:layernorm]
 def ln_inputs(m, n, dtype, device, grad=False):
     g = generator(device)
     x, r = (torch.randn(m, n, generator=g, device=device, dtype=dtype) for _ in range(2))
@@ -150,10 +149,8 @@ def sweep_bwd_launch(m, n, dtype, device, rows=(1, 2, 4), warps=(4, 8, 16, 32), 
                 programs = al.bwd_layout(m, n, device, k * sms, (bm, nw))[-1]  # after rounding rows to BLOCK_M
                 out.append([n, bm, nw, programs, bench_ms(run, device)])
     return out
-# --8<-- [end:layernorm]
 
 
-# --8<-- [start:gemm]
 class NoConfigFits(RuntimeError):
     """No candidate config of a kernel fits this GPU (shared memory or registers)."""
 
@@ -211,10 +208,8 @@ def epilogue(m, n, k, dtype, device, configs, with_compile=True) -> dict:
     ms["triton_gemm_only"] = bench_ms(lambda: gm.gemm(a, b, config=cfg), device)
     return {"shape": (m, n, k), "config": str(cfg), "ms": ms, "tuning": rows,
             "speedup_vs_unfused": ms["eager_unfused"] / fused_ms}
-# --8<-- [end:gemm]
 
 
-# --8<-- [start:cases]
 def case_register_pressure(m, n, dtype, device, fused_warps=8, fixed_warps=32) -> dict:
     """One row per program, the whole row in registers: at fused_warps the state spills, at fixed_warps it fits."""
     x, r, w, b = ln_inputs(m, n, dtype, device)
@@ -298,4 +293,3 @@ def case_prologue_recompute(m, n, k, dtype, device, configs) -> dict:
             "tuning": {"fused": frows, "unfused": urows}, "resources": res,
             "gelu_evaluations": {"fused": m * k * triton.cdiv(n, fcfg.block_n), "unfused": m * k},
             "slowdown": fused_ms / unfused_ms}
-# --8<-- [end:cases]

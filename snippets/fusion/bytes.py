@@ -28,6 +28,7 @@ def fused_bwd_bytes(m: int, n: int, e: int, we: int | None = None, bias: bool = 
     rows = (2 + dh_out) * m * n * e + 2 * m * n * e
     partials = 2 * programs * n * STAT * params + n * we * params
     return rows + n * we + m * STAT * (1 if rms else 2) + partials
+# --8<-- [end:bytes]
 
 
 def eager_fwd_kernels(m: int, n: int, e: int, we: int | None = None, bias: bool = True, rms: bool = False,
@@ -56,4 +57,3 @@ def eager_fwd_bytes(m: int, n: int, e: int, we: int | None = None, bias: bool = 
 def effective_gbps(nbytes: int, ms: float) -> float:
     """Bytes over time in GB/s (1e9 bytes per second)."""
     return nbytes / (ms * 1e-3) / 1e9
-# --8<-- [end:bytes]

@@ -36,7 +36,6 @@ def row_norm_configs(n: int) -> list[Config]:
             [(16, 16, 4, 2), (16, 32, 8, 2), (32, 16, 8, 2), (32, 32, 8, 2), (64, 16, 8, 2)]]
 
 
-# --8<-- [start:kernel]
 @triton.jit
 def _gelu(v):  # 0.5 v (1 + tanh(z)) = v * sigmoid(2z), z = sqrt(2 / pi) (v + 0.044715 v^3)
     return v * tl.sigmoid(1.5957691216057308 * (v + 0.044715 * v * v * v))
@@ -82,7 +81,6 @@ def _gemm_kernel(A, B, C, Bias, W, M, N, K, stride_am, stride_ak, stride_bk, str
         acc = acc * rstd[:, None] * tl.load(W + rn, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     c_ptrs = C + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :] * stride_cn
     tl.store(c_ptrs, cast(acc, C.dtype.element_ty), mask=(rm[:, None] < M) & col_ok[None, :])
-# --8<-- [end:kernel]
 
 
 # Triton 3.6's interpreter gets tl.dot wrong for bf16 operands; there the kernel multiplies them as fp32, which
@@ -90,7 +88,6 @@ def _gemm_kernel(A, B, C, Bias, W, M, N, K, stride_am, stride_ak, stride_bk, str
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-# --8<-- [start:launch]
 def launch(a, b, bias=None, gelu=False, prologue_gelu=False, norm_weight=None, eps=1e-6, config: Config = SMOKE):
     """(C, the compiled kernel or None in the interpreter). norm_weight turns on the fused RMSNorm of each row."""
     (m, k), (k2, n) = a.shape, b.shape
@@ -111,7 +108,6 @@ def launch(a, b, bias=None, gelu=False, prologue_gelu=False, norm_weight=None, e
 
 def gemm(a, b, bias=None, gelu=False, prologue_gelu=False, norm_weight=None, eps=1e-6, config: Config = SMOKE):
     return launch(a, b, bias, gelu, prologue_gelu, norm_weight, eps, config)[0]
-# --8<-- [end:launch]
 
 
 # --8<-- [start:unfused]

@@ -20,7 +20,6 @@ from snippets.common.checks import empty
 from snippets.fusion import add_layernorm as al
 
 
-# --8<-- [start:spill]
 def wide_add_layernorm(x, residual, weight, bias, num_warps: int, eps=1e-5):
     """add_layernorm's forward kernel with one row per program and the whole row in registers, past the
     hidden size it is meant for (MAX_N). Returns (y, h, the compiled kernel or None in the interpreter)."""
@@ -38,10 +37,8 @@ def unfused_add_layernorm(x, residual, weight, bias, eps=1e-5):
     """Eager: an add kernel, then PyTorch's LayerNorm kernel (which loops over a wide row instead of holding it)."""
     h = x + residual
     return F.layer_norm(h, (h.shape[-1],), weight, bias, eps), h
-# --8<-- [end:spill]
 
 
-# --8<-- [start:concurrency]
 @triton.jit
 def _sumsq_row(X, Out, row, L, BLOCK: tl.constexpr):
     base = X + row.to(tl.int64) * L
@@ -53,6 +50,7 @@ def _sumsq_row(X, Out, row, L, BLOCK: tl.constexpr):
     tl.store(Out + row, tl.sum(acc, axis=0))
 
 
+# --8<-- [start:concurrency]
 @triton.jit
 def _sumsq_kernel(X, OutX, Y, OutY, R, L, BLOCK: tl.constexpr, MODE: tl.constexpr):
     """Sum of squares of each row of X [R, L] (and of Y). MODE 0: X only, one program per row.
@@ -87,6 +85,7 @@ def sumsq_pair(x, y, serial: bool, block=4096, num_warps=4):
     grid = (r if serial else 2 * r,)
     _sumsq_kernel[grid](x, ox, y, oy, r, n, BLOCK=block, MODE=1 if serial else 2, num_warps=num_warps)
     return ox, oy
+# --8<-- [end:concurrency]
 
 
 def on_two_streams(fa, fb, streams):
@@ -100,7 +99,6 @@ def on_two_streams(fa, fb, streams):
     for s in streams:
         cur.wait_stream(s)
     return out
-# --8<-- [end:concurrency]
 
 
 # --8<-- [start:evidence]

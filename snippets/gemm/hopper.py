@@ -26,7 +26,6 @@ NVCC_FLAGS = ["-O3", "-std=c++20", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_
               "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
 
 
-# --8<-- [start:steps]
 @dataclass(frozen=True)
 class Step:
     number: int
@@ -57,7 +56,6 @@ STEPS = {s.number: s for s in [
     Step(5, "step5_tma_store.cu", "TMA store 尾处理（经共享内存）", "TMA-store epilogue (through shared memory)",
          (128, 256, 64), 3, "1 producer + 2 consumers", persistent=True, tma_store=True),
 ]}
-# --8<-- [end:steps]
 
 
 def check_shapes(m: int, n: int, k: int) -> None:
@@ -65,7 +63,6 @@ def check_shapes(m: int, n: int, k: int) -> None:
         raise ValueError(f"M, N, K = {m}, {n}, {k}: TMA needs K and N to be positive multiples of 8 (16-byte rows)")
 
 
-# --8<-- [start:build]
 WRAPPER = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -138,10 +135,8 @@ def gemm(step: int, a, b, out=None):
     check_shapes(m, n, k)
     c = empty((m, n), torch.bfloat16, a.device) if out is None else out
     return build(step).gemm(a.contiguous(), b.contiguous(), c)
-# --8<-- [end:build]
 
 
-# --8<-- [start:inspect]
 def parse_ptxas(report: str) -> dict[str, dict]:
     """{kernel: {registers, spill_stores, spill_loads, stack_bytes, barriers}} from nvcc -Xptxas -v."""
     out: dict[str, dict] = {}
@@ -221,4 +216,3 @@ def inspect(step: int, out_dir: str | Path, nvcc: str | None = None) -> dict:
     ops = sass_ops(sass(built["cubin"], nvcc))
     return {**built, "ops": ops, "summary": sass_summary(ops),
             "hgmma_shapes": sorted({op.split(".")[1] for op in ops if op.startswith("HGMMA.")})}
-# --8<-- [end:inspect]

@@ -4,7 +4,6 @@ from the pipeline's rules, for the lab's picture. No GPU and no timing here: onl
 from __future__ import annotations
 
 
-# --8<-- [start:tile_order]
 def grouped_tile(t: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
     """Tile (row, column) computed t-th: GROUP_M tile rows are swept column by column (tile_order.cuh)."""
     per_group = group_m * tiles_n
@@ -27,10 +26,8 @@ def wave_footprint(tiles_m: int, tiles_n: int, ctas: int, group_m: int, wave: in
     ts = range(wave * ctas, min((wave + 1) * ctas, tiles_m * tiles_n))
     coords = [grouped_tile(t, tiles_m, tiles_n, group_m) for t in ts]
     return len({m for m, _ in coords}), len({n for _, n in coords})
-# --8<-- [end:tile_order]
 
 
-# --8<-- [start:timeline]
 def pipeline_timeline(k_tiles: int, stages: int, tiles: int = 2, load: float = 3.0, mma: float = 1.0,
                       issue: float = 0.15, epilogue: float = 1.5, consumers: int = 2) -> list[dict]:
     """Events of one CTA of the warp-specialised kernel (steps 3-4), by the pipeline's rules:
@@ -113,4 +110,3 @@ def plot_timelines(panels: dict[str, list[dict]], path: str | None = None):
     if path:
         fig.savefig(path, dpi=120)
     return fig
-# --8<-- [end:timeline]

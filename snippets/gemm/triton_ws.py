@@ -31,7 +31,6 @@ PORTABLE_CONFIGS = [Config(128, 128, 32, 4, 3), Config(64, 64, 32, 4, 2)]  # the
 SMOKE = Config(32, 32, 32, 4, 1)
 
 
-# --8<-- [start:ws_kernel]
 @triton.jit
 def _ws_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
@@ -54,7 +53,6 @@ def _ws_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, B
                 a, b = a.to(tl.float32), b.to(tl.float32)
             acc = tl.dot(a, b.T, acc)
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(C.dtype.element_ty))
-# --8<-- [end:ws_kernel]
 
 
 def _scratch(size: int, alignment: int, stream):  # global memory the device-side descriptors live in
@@ -72,7 +70,6 @@ def programs(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else 4
 
 
-# --8<-- [start:ws_launch]
 def ws_matmul(a, b, warp_specialize: bool = True, config: Config = WS_CONFIGS[0]):
     """C = A @ B.T through the persistent descriptor kernel, with or without warp specialisation.
     TMA needs 16-byte aligned rows: K and N multiples of 8 for bf16."""
@@ -89,10 +86,8 @@ def ws_matmul(a, b, warp_specialize: bool = True, config: Config = WS_CONFIGS[0]
                         warp_specialize and not INTERPRETED, INTERPRETED,
                         num_warps=config.num_warps, num_stages=config.num_stages)
     return c
-# --8<-- [end:ws_launch]
 
 
-# --8<-- [start:portable]
 @triton.jit
 def _portable_kernel(A, B, C, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_M: tl.constexpr, DOT_FP32: tl.constexpr):
@@ -126,4 +121,3 @@ def portable_matmul(a, b, config: Config = PORTABLE_CONFIGS[0]):
                            config.block_k, config.group_m, INTERPRETED,
                            num_warps=config.num_warps, num_stages=config.num_stages)
     return c
-# --8<-- [end:portable]

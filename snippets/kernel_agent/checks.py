@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import torch
 
-# --8<-- [start:reasons]
 NOT_WRITTEN = "output not written"
 PARTIAL = "output not fully written"
 INPUT_MUTATED = "input mutated"
@@ -19,7 +18,6 @@ WRONG = "wrong result"
 SPECIAL_CASED = "special-cases the published shapes"
 TIMING_PHASE = "behaves differently during timing"
 RAISED = "raised an exception"
-# --8<-- [end:reasons]
 LOOSE_RTOL = 2e-2  # bf16/fp16/tf32 results land inside this band and outside the task's tolerance
 
 
@@ -34,7 +32,6 @@ def where(mask: torch.Tensor) -> str:
     return f"at index {idx}, {int(mask.sum())} of {mask.numel()} elements"
 
 
-# --8<-- [start:compare]
 def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
             earlier: list[torch.Tensor] = ()) -> tuple[str | None, float]:
     """(None or the named problem, max abs error). `earlier`: this candidate's outputs for other inputs."""
@@ -59,7 +56,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                 f"within a bf16/tf32-sized error)"), max_err
     return f"{WRONG} (max error {max_err:.2e}, {int(bad.sum())} of {bad.numel()} elements out of tolerance " \
            f"{where(bad)})", max_err
-# --8<-- [end:compare]
 
 
 def classify_error(message: str) -> str:

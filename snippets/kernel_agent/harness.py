@@ -112,6 +112,7 @@ def evaluate(task: Task, source: str, name: str = "candidate", settings: Setting
         rep.details = rep.details or ([rep.reason] if rep.reason else [])
     rep.seconds = time.perf_counter() - start
     return rep
+# --8<-- [end:evaluate]
 
 
 def _trials(task, source, s, worker, rng, gen, rep) -> None:
@@ -159,7 +160,6 @@ def _trials(task, source, s, worker, rng, gen, rep) -> None:
     rep.speedup = rep.baseline_ms / rep.candidate_ms
     rep.timing = timing.CUDA_NOTE if DEVICE == "cuda" else timing.CPU_NOTE
     rep.suspicious = DEVICE == "cuda" and rep.speedup > SUSPICIOUS_SPEEDUP
-# --8<-- [end:evaluate]
 
 
 def evaluate_many(jobs: list[tuple[Task, str, str]], workers: int | None = None, **kw) -> list[Report]:
@@ -170,10 +170,8 @@ def evaluate_many(jobs: list[tuple[Task, str, str]], workers: int | None = None,
         return list(pool.map(lambda j: evaluate(j[0], j[2], name=j[1], **kw), jobs))
 
 
-# --8<-- [start:fast_p]
 def fast_p(reports: list[Report], p: float) -> float:
     """Fraction of tasks (one report each) whose kernel is correct and more than p times faster."""
     if not reports:
         return 0.0
     return sum(r.correct and r.speedup is not None and r.speedup > p for r in reports) / len(reports)
-# --8<-- [end:fast_p]

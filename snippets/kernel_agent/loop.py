@@ -26,11 +26,9 @@ class Feedback:
         return f"round {self.round}: {self.report.summary()}\n{best}"
 
 
-# --8<-- [start:proposer]
 class Proposer(Protocol):
     def propose(self, task: Task, feedback: Feedback | None) -> str | None:
         """The next candidate's source (None: nothing more to try)."""
-# --8<-- [end:proposer]
 
 
 class ScriptedProposer:
@@ -68,7 +66,6 @@ class LoopResult:
     stopped: str = ""
 
 
-# --8<-- [start:loop]
 def run_loop(task: Task, proposer: Proposer, target: float = 1.5, budget: int = 5,
              judge: Callable[..., Report] = evaluate, ncu: bool = True, **kw) -> LoopResult:
     """Iterate until a correct candidate is at least `target` times faster than eager, or `budget` rounds.
@@ -103,4 +100,3 @@ def add_profile(report: Report, task: Task, source: str, device: str = DEVICE) -
         report.profile = profile.profile(task.name, source)
     except profile.ProfileError as e:
         report.profile_note = f"ncu: failed ({e})"
-# --8<-- [end:loop]

@@ -64,7 +64,6 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
-# --8<-- [start:worker]
 class Worker:
     """The parent's handle: request(cmd, timeout, **args) -> reply dict, or SandboxError."""
 
@@ -132,7 +131,6 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
-# --8<-- [end:worker]
 
 
 def _serve(conn, device: str, memory_bytes: int, tmp: str) -> None:
@@ -185,7 +183,6 @@ class _State:
         self.fn = getattr(self.module, entry)
         return {"ok": True}
 
-    # --8<-- [start:run]
     def run(self, inputs: list, names: list, out_shape: tuple, dtype: torch.dtype, join_s: float) -> dict:
         """One trial: poisoned output, cloned inputs; report what only this process can see."""
         ins = self._to_device(inputs)
@@ -210,7 +207,6 @@ class _State:
                 flags.append(f"{checks.INPUT_MUTATED} ({name} changed {checks.where(changed)})")
         self.prev = (out, out.clone())
         return {"out": seen.cpu(), "flags": flags}
-    # --8<-- [end:run]
 
     def time(self, sets: list, out_shape: tuple, dtype: torch.dtype, warmup: int, runs: int) -> dict:
         dev_sets = [self._to_device(s) for s in sets]

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 DISTRIBUTIONS = ("normal", "uniform", "shifted")  # not only N(0, 1): METR and KernelBench v0.1 hardening
 
 
-# --8<-- [start:task]
 @dataclass(frozen=True)
 class Task:
     name: str
@@ -55,7 +54,6 @@ class Task:
                 t = t * 3 + 20  # large logits: softmax must subtract the row maximum
             out.append(t.to(self.dtype))
         return tuple(out)
-# --8<-- [end:task]
 
 
 def softmax_reference(x):

@@ -9,7 +9,6 @@ import ast
 
 from snippets.kernel_agent.spec import Task
 
-# --8<-- [start:reasons]
 CALLS_REFERENCE = "calls the reference"
 TORCH_OP = "calls a PyTorch op that does the work"
 TRY_FALLBACK = "try/except fallback"
@@ -32,7 +31,6 @@ COMPUTE_OPS = {"matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "c
                "max", "logsumexp", "sqrt", "rsqrt", "pow", "square", "mul", "add", "sub", "div", "addcmul",
                "cumsum", "dot", "mv", "outer", "tensordot", "scaled_dot_product_attention", "compile", "where"}
 TRITON_ROOTS = {"tl", "triton", "libdevice", "math"}
-# --8<-- [end:reasons]
 
 
 def _chain(node: ast.AST) -> list[str]:
@@ -44,7 +42,6 @@ def _chain(node: ast.AST) -> list[str]:
     return [node.id if isinstance(node, ast.Name) else "?", *reversed(parts)]
 
 
-# --8<-- [start:check]
 def check_source(source: str, task: Task) -> list[str]:
     """Every rule the source breaks, as 'reason (detail, line n)'; empty when it passes."""
     try:
@@ -106,7 +103,6 @@ def check_source(source: str, task: Task) -> list[str]:
             flag(TORCH_OP, ".".join(_chain(node.func)), node)
     _check_structure(tree, source, task, found)
     return found
-# --8<-- [end:check]
 
 
 def _check_structure(tree: ast.Module, source: str, task: Task, found: list[str]) -> None:

@@ -22,7 +22,6 @@ def l2_flush_buffer(device: str) -> torch.Tensor | None:
     return torch.empty(max(2 * l2, 256 << 20), dtype=torch.int8, device=device)
 
 
-# --8<-- [start:time_once]
 def time_once_ms(fn, device: str, flush: torch.Tensor | None) -> float:
     """One run of fn(). CUDA: the end event is recorded after torch.cuda.synchronize(), so work that fn left
     on any stream (or thread) is inside the interval; both candidate and baseline pay the same few us."""
@@ -39,7 +38,6 @@ def time_once_ms(fn, device: str, flush: torch.Tensor | None) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end)
-# --8<-- [end:time_once]
 
 
 def time_rotating(fn, sets: list[tuple], bufs: list[torch.Tensor], out: torch.Tensor | None, device: str,

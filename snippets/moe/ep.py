@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from snippets.common.timing import host_ms
 
 
-# --8<-- [start:layer]
 def expert_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     return F.gelu(x @ w1) @ w2
 
@@ -45,7 +44,6 @@ def moe_reference(x, router, w1, w2, k, chosen=None, capacity_factor=None):
             rows = (chosen[:, slot] == e).nonzero()[:, 0]
             y[rows] += gates[rows, slot, None] * expert_mlp(x[rows], w1[e], w2[e])
     return y
-# --8<-- [end:layer]
 
 
 # --8<-- [start:ep]
@@ -88,7 +86,6 @@ def moe_expert_parallel(x, router, w1_local, w2_local, k, group=None,
 # --8<-- [end:ep]
 
 
-# --8<-- [start:run]
 def _worker(rank, world, backend, port, cfg, out):
     import os
 
@@ -144,4 +141,3 @@ def run(backend: str = "gloo", world: int = 2, tokens: int = 4096, dim: int = 10
     cfg = dict(tokens=tokens, dim=dim, experts=experts, k=k, reps=reps, seed=seed, capacity_factor=capacity_factor)
     mp.spawn(_worker, args=(world, backend, port, cfg, out), nprocs=world, join=True)
     return dict(out)
-# --8<-- [end:run]

@@ -13,7 +13,6 @@ import triton.language as tl
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-# --8<-- [start:kernel]
 @triton.jit
 def _grouped_kernel(X, W, Y, TileExpert, TileRow, Offs, N, K, stride_xm, stride_we, stride_wk, stride_ym,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_FP32: tl.constexpr):
@@ -35,10 +34,8 @@ def _grouped_kernel(X, W, Y, TileExpert, TileRow, Offs, N, K, stride_xm, stride_
         acc = tl.dot(x, w, acc)
     tl.store(Y + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], acc.to(Y.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
-# --8<-- [end:kernel]
 
 
-# --8<-- [start:launch]
 def schedule(counts: list[int], block_m: int) -> tuple[list[int], list[int], list[int]]:
     """(expert of each tile, first row of each tile, offsets [experts + 1]) for tokens sorted by expert."""
     offs, experts, rows = [0], [], []
@@ -80,10 +77,8 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int], block_m: int
                           BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_FP32=INTERPRETED,
                           num_warps=num_warps, num_stages=num_stages)
     return y
-# --8<-- [end:launch]
 
 
-# --8<-- [start:baselines]
 def loop_mm(x: torch.Tensor, w: torch.Tensor, counts: list[int]) -> torch.Tensor:
     """One matmul per expert: what a plain PyTorch MoE layer does."""
     out, start = [], 0
@@ -107,4 +102,3 @@ def routed_counts(tokens: int, experts: int, skew: float, gen: torch.Generator) 
     weights = 1.0 / torch.arange(1, experts + 1, dtype=torch.float64) ** skew
     chosen = torch.multinomial(weights / weights.sum(), tokens, replacement=True, generator=gen)
     return torch.bincount(chosen, minlength=experts).tolist()
-# --8<-- [end:baselines]

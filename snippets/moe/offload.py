@@ -56,7 +56,6 @@ class OffloadedMoE:
                 for d, s in zip(dst[e], self.host[layer][e]):
                     d.copy_(s, non_blocking=True)
 
-    # --8<-- [start:forward]
     def forward(self, x: torch.Tensor, mode: str = "prefetch") -> tuple[torch.Tensor, dict]:
         """mode: 'resident' (all weights on the GPU), 'on_demand', or 'prefetch'. Returns (y, stats)."""
         if mode not in ("resident", "on_demand", "prefetch"):
@@ -96,7 +95,6 @@ class OffloadedMoE:
             if mode == "prefetch" and layer + 1 < len(self.host):
                 ready, guessed = next_ready, nxt
         return x, stats
-    # --8<-- [end:forward]
 
 
 def compare(model: OffloadedMoE, tokens: int, reps: int = 5, seed: int = 0) -> dict:

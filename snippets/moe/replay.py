@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 
-# --8<-- [start:moe]
 class TinyMoE:
     """A stack of MoE layers (sigmoid router, top-k, small expert MLPs) with a shared output head."""
 
@@ -36,7 +35,6 @@ class TinyMoE:
             h = h + (gates[..., None] * y).sum(1)
             choices.append(chosen)
         return F.log_softmax((h @ self.head.to(dtype)).float(), -1), choices
-# --8<-- [end:moe]
 
 
 # --8<-- [start:mismatch]

@@ -42,7 +42,6 @@ def update_bias(bias: torch.Tensor, tokens_per_expert: torch.Tensor, gamma: floa
 # --8<-- [end:route]
 
 
-# --8<-- [start:drift]
 def drifting_tokens(step: int, steps: int, batch: int, dim: int, clusters: int, gen: torch.Generator,
                     centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of token features whose mix of clusters shifts during training, as an RL policy's outputs do:
@@ -84,4 +83,3 @@ def train_router(mode: str, steps: int = 400, batch: int = 512, dim: int = 32, e
         out["quality"].append(float((chosen == own[:, None]).any(-1).float().mean()))
     out["bias"] = bias
     return out
-# --8<-- [end:drift]

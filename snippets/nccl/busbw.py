@@ -48,7 +48,6 @@ def canonical(op: str) -> str:
     raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
 
 
-# --8<-- [start:formulas]
 def bus_factor(op: str, n: int) -> float:
     """busbw / algbw for a collective over n ranks (nccl-tests PERFORMANCE.md)."""
     if n < 1:
@@ -68,7 +67,6 @@ def algbw_gbps(nbytes: float, seconds: float) -> float:
 
 def busbw_gbps(op: str, nbytes: float, seconds: float, n: int) -> float:
     return algbw_gbps(nbytes, seconds) * bus_factor(op, n)
-# --8<-- [end:formulas]
 
 
 class Row(NamedTuple):
@@ -139,7 +137,6 @@ def _random(numel: int, seed: int, device: str, dtype):
     return torch.randn(numel, generator=g, device=device, dtype=dtype)
 
 
-# --8<-- [start:check]
 def check(op: str, nbytes: int, rank: int, n: int, device: str, dtype, seed: int) -> None:
     """Run `op` once on fresh random inputs and compare with the result computed from all inputs.
 
@@ -158,7 +155,6 @@ def check(op: str, nbytes: int, rank: int, n: int, device: str, dtype, seed: int
     if bad.item():
         raise AssertionError(f"{op} of {nbytes} B: wrong result on {int(bad.item())} of {n} ranks"
                              + ("" if ok else f" (rank {rank} among them)"))
-# --8<-- [end:check]
 
 
 def iterations(nbytes: int, min_iters: int, max_iters: int, target_bytes: int) -> int:
@@ -166,7 +162,6 @@ def iterations(nbytes: int, min_iters: int, max_iters: int, target_bytes: int) -
     return int(min(max_iters, max(min_iters, target_bytes // max(nbytes, 1))))
 
 
-# --8<-- [start:time_one]
 def time_one(op: str, nbytes: int, rank: int, n: int, device: str, dtype, plan: dict) -> float:
     """Seconds per collective: median over trials of the mean of a batch, then mean over ranks."""
     n_send, n_recv, _ = numels(op, nbytes, n, torch.empty((), dtype=dtype).element_size())
@@ -186,7 +181,6 @@ def time_one(op: str, nbytes: int, rank: int, n: int, device: str, dtype, plan: 
     mean = torch.tensor([ms / 1e3 / iters], dtype=torch.float64, device=device)
     dist.all_reduce(mean)  # nccl-tests' default `-a 1`: the average over ranks
     return mean.item() / n
-# --8<-- [end:time_one]
 
 
 def _worker(rank: int, world: int, backend: str, port: int, plan: dict, out_path: str) -> None:
@@ -226,7 +220,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# --8<-- [start:sweep]
 def sweep_all(ops: list[str], sizes_bytes: list[int], world: int, backend: str = "gloo", *,
               dtype: str = "float32", warmup: int = 5, trials: int = 5, min_iters: int = 5,
               max_iters: int = 200, target_bytes: int = 1 << 30, seed: int = 0, timeout_s: int = 120,
@@ -253,7 +246,6 @@ def sweep_all(ops: list[str], sizes_bytes: list[int], world: int, backend: str =
 def sweep(op: str, sizes_bytes: list[int], world: int, backend: str = "gloo", **kwargs) -> list[Row]:
     """Rows (bytes, time_us, algbw_GBps, busbw_GBps) of one collective; see `sweep_all`."""
     return sweep_all([op], sizes_bytes, world, backend, **kwargs)[canonical(op)]
-# --8<-- [end:sweep]
 
 
 def _human(nbytes: float, _pos=None) -> str:

@@ -109,7 +109,6 @@ def _more(hidden: int, zh: bool = False) -> list[str]:
             f"(and {hidden} more ranks like the non-culprit ones above)"] if hidden else []
 
 
-# --8<-- [start:rules]
 def from_detail(ev: Evidence) -> Diagnosis | None:
     """TORCH_DISTRIBUTED_DEBUG=DETAIL compared fingerprints before the collective ran."""
     hits = ev.of("detail_mismatch")
@@ -253,7 +252,6 @@ def from_straggle(ev: Evidence) -> Diagnosis | None:
 
 RULES = (from_detail, from_monitored_barrier, from_flight_recorder, from_size_abort, from_dead_rank, from_network,
          from_watchdog_lines, from_straggle)
-# --8<-- [end:rules]
 
 
 def diagnose(job: Job, lang: str = "en", pytorch: bool = True) -> Diagnosis:
@@ -349,7 +347,6 @@ def _pytorch_note(dumps: list[fr.Dump], lang: str) -> str:
     return head + "; ".join(said)
 
 
-# --8<-- [start:advice]
 NAMES = {
     "en": {"missing_rank": "missing rank", "straggler": "straggler", "mismatch": "mismatch", "dead_rank": "dead rank",
            "network_error": "network error", "none": "none found"},
@@ -440,7 +437,6 @@ ADVICE = {
         ],
     },
 }
-# --8<-- [end:advice]
 
 
 def next_steps(diag: Diagnosis, lang: str) -> list[str]:

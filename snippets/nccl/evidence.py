@@ -24,7 +24,6 @@ def show(path: Path) -> str:
         return str(path)
 
 
-# --8<-- [start:patterns]
 OPTYPE = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "_ALLGATHER_BASE": "all_gather_into_tensor",
           "REDUCE_SCATTER": "reduce_scatter", "_REDUCE_SCATTER_BASE": "reduce_scatter_tensor",
           "BROADCAST": "broadcast", "REDUCE": "reduce", "ALLTOALL": "all_to_all", "ALLTOALL_BASE": "all_to_all_single",
@@ -50,7 +49,6 @@ PATTERNS = {  # kind -> regex; the first that matches a line wins
 PATTERNS = {k: re.compile(v) for k, v in PATTERNS.items()}
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:|\[PG ID \S+ PG GUID \S+ Rank (\d+)\]")
 NETWORK_WORDS = re.compile(r"NET/|\bIB\b|ibv_|[Ss]ocket|Connection|remote|timeout|Timeout")
-# --8<-- [end:patterns]
 
 
 @dataclass
@@ -106,7 +104,6 @@ def read_launcher(path: Path) -> dict[int, Exit]:
     return exits
 
 
-# --8<-- [start:collect]
 DUMP_NAME = re.compile(r"^(?:fr\.|nccl_trace_rank_|trace_)(\d+)(?:\.json|\.pkl)?$")
 RANK_LOG = re.compile(r"^rank(\d+)\.log$")
 NCCL_LOG = re.compile(r"^nccl\.(?:(\d+)|.+)\.log$")
@@ -199,4 +196,3 @@ def collect_jobs(paths: list[str]) -> list[Job]:
             job.topo += loose.topo
         return jobs
     return jobs + ([loose] if not loose.empty() else [])
-# --8<-- [end:collect]

@@ -100,7 +100,6 @@ class Dump:
         return max(self.pg_ranks.values(), key=len, default=[])
 
 
-# --8<-- [start:load]
 class _DataOnly(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refers to {module}.{name}; a Flight Recorder dump holds plain data only")
@@ -180,7 +179,6 @@ def load_dump(path) -> Dump:
         raise DumpError(path, f"unexpected Flight Recorder format ({type(e).__name__}: {e})") from None
     return Dump(path, rank, str(raw["version"]), str(raw.get("comm_lib_version", "")), pg_ranks, status,
                 entries, raw)
-# --8<-- [end:load]
 
 
 def check_same_job(dumps: list[Dump]) -> None:
@@ -254,7 +252,6 @@ def _reference(groups: dict[tuple, list[int]]) -> tuple:
     return max(groups, key=lambda s: (len(groups[s]), -min(groups[s])))
 
 
-# --8<-- [start:align]
 def first_divergence(pg: str, seqs: dict[int, dict[int, Entry]]) -> Divergence | None:
     members = sorted(seqs)
     start = max((min(s) for s in seqs.values() if s), default=1)  # older entries fell out of some ring buffer
@@ -337,7 +334,6 @@ def align(dumps: list[Dump]) -> Alignment:
         divergence=min(divergences, key=when, default=None),
         straggle=max(straggles, key=lambda s: max(s.late_s.values()), default=None),
     )
-# --8<-- [end:align]
 
 
 def pending(dumps: list[Dump]) -> Entry | None:

@@ -110,6 +110,7 @@ def dead_rank(r: Rank) -> None:
     r.all_reduce(r.tensor(1024))
 
 
+# --8<-- [end:scenarios]
 def uneven_microbatches(r: Rank) -> None:
     n_micro = 2 if r.rank == CULPRIT else 3  # len(shard) // micro_batch differs on the last shard
     for _ in range(n_micro):
@@ -126,7 +127,6 @@ def swallowed_exception(r: Rank) -> None:
         except ValueError as e:  # the bug: this rank skips the step, the others still reduce
             print(f"warning: skipping step {step}: {e!r}", flush=True)
     r.idle(1.5 * r.timeout, "saving a checkpoint")
-# --8<-- [end:scenarios]
 
 
 @dataclass(frozen=True)

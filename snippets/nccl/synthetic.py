@@ -72,7 +72,6 @@ def _entry(seq: int, op: str, inputs: list, outputs: list, frames: str, created:
     return '{"frames": ' + frames + ", " + json.dumps(e)[1:]
 
 
-# --8<-- [start:make_job]
 def make_job(dirpath, world: int, culprit: int, kind: str, seq: int, seed: int = 0, *,
              entries: int = 20, timeout_ms: int = 600_000) -> Path:
     """Write fr.<R>.json for ranks 0..world-1 into dirpath; keep the last `entries` collectives per rank."""
@@ -117,4 +116,3 @@ def make_job(dirpath, world: int, culprit: int, kind: str, seq: int, seed: int =
             f'{{"version": "2.10", "pg_config": {pg_config}, "comm_lib_version": "2.28.9", '
             f'"pg_status": {json.dumps(status)}, "entries": [{", ".join(recs)}]}}')
     return out
-# --8<-- [end:make_job]

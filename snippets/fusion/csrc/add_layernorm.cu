@@ -76,7 +76,6 @@ __device__ __forceinline__ float row_sum(float v) {
   return warp_sum(v);
 }
 
-// --8<-- [start:kernel]
 // Row elements a thread holds: 64 fit in registers with 16-byte accesses; the scalar path's per-element
 // bounds checks cost registers, so it stops at 32.
 template <bool VECTOR>
@@ -117,6 +116,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow, VECTOR && ITEMS * 16 / size
     }
   }
 
+// --8<-- [start:kernel]
   const float mean = p.rms ? 0.f : row_sum(sum) / p.n;
   float ss = 0.f;
 #pragma unroll
@@ -148,11 +148,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerRow, VECTOR && ITEMS * 16 / size
     for (int j = 0; j < C; ++j) v[i][j] = (v[i][j] - mean) * rstd * w[j] + b[j];
     store_chunk<T, VECTOR>(y, col, limit, v[i]);
   }
+// --8<-- [end:kernel]
 }
 
-// --8<-- [end:kernel]
 
-// --8<-- [start:launch]
 template <typename T, bool VECTOR, int ITEMS>
 cudaError_t launch(const FwdParams& p, int items, dim3 grid, dim3 block, cudaStream_t stream) {
   if (items > ITEMS) return cudaErrorInvalidValue;
@@ -194,6 +193,5 @@ cudaError_t add_layernorm_fwd(const FwdParams& params, bool bf16, cudaStream_t s
   if (params.rows < 0 || params.n <= 0 || !(params.p >= 0.f && params.p < 1.f)) return cudaErrorInvalidValue;
   return bf16 ? dispatch<__nv_bfloat16>(params, stream) : dispatch<float>(params, stream);
 }
-// --8<-- [end:launch]
 
 }  // namespace fusion

@@ -11,7 +11,6 @@
 
 namespace fusion {
 
-// --8<-- [start:philox]
 struct Philox4 {
   uint32_t v[4];
 };
@@ -52,6 +51,5 @@ FUSION_HD float philox_uniform(const Philox4& r, int k) {  // k in 0..7; constan
 FUSION_HD float dropout_uniform(uint64_t seed, uint32_t row, uint32_t col) {
   return philox_uniform(philox4x32_10(seed, col / 8, row), static_cast<int>(col % 8));
 }
-// --8<-- [end:philox]
 
 }  // namespace fusion

@@ -22,7 +22,6 @@ class CacheStateError(RuntimeError):
     """A block freed twice, a freed block used, or an unknown sequence."""
 
 
-# --8<-- [start:allocator]
 class BlockAllocator:
     """Physical blocks with reference counts; a block is free exactly when its count is 0."""
 
@@ -57,7 +56,6 @@ class BlockAllocator:
             self._free.append(block)
             return True
         return False
-# --8<-- [end:allocator]
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,6 @@ class Slot:
     copy_slots: int = 0
 
 
-# --8<-- [start:manager]
 class BlockManager:
     """Block tables for many sequences over one BlockAllocator."""
 
@@ -166,4 +163,3 @@ class BlockManager:
     def _register(self, block: int, h: int) -> None:
         if h not in self._block_of and block not in self._hash_of:
             self._block_of[h], self._hash_of[block] = block, h
-# --8<-- [end:manager]

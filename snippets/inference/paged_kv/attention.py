@@ -18,7 +18,6 @@ import triton.language as tl
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-# --8<-- [start:kernel]
 @triton.jit
 def _decode_kernel(Q, K, V, BT, Lens, O, Lse, stride_qb, stride_qh, stride_kb, stride_kp, stride_kh, stride_bt,
                    stride_ob, stride_oh, stride_os, scale, pages_per_split,
@@ -75,7 +74,6 @@ def _combine_kernel(Op, Lse, Out, S, S_PAD: tl.constexpr, D: tl.constexpr):
     tl.store(Out + bh * D + d, (tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)).to(Out.dtype.element_ty))
 
 
-# --8<-- [end:kernel]
 
 
 @functools.cache
@@ -96,13 +94,13 @@ def default_tile(device) -> tuple[int, int]:
     return (128, 2) if cap in ((8, 0), (9, 0)) or cap >= (10, 0) else (64, 2)
 
 
-# --8<-- [start:launch]
 def choose_splits(batch: int, kv_heads: int, max_pages: int, tile_pages: int, sms: int) -> int:
     """Enough programs for two per SM, but never a split with less than one tile of pages."""
     want = -(-2 * sms // (batch * kv_heads))
     return max(1, min(want, -(-max_pages // tile_pages)))
 
 
+# --8<-- [start:launch]
 def paged_decode(q, k_cache, v_cache, block_table, lengths, splits: int | None = None, tile_tokens: int | None = None,
                  num_warps: int = 4, num_stages: int | None = None):
     """q [batch, q_heads, D]; k_cache, v_cache [blocks, block_size, kv_heads, D]; block_table int32 [batch, pages];
@@ -141,7 +139,6 @@ def paged_decode(q, k_cache, v_cache, block_table, lengths, splits: int | None =
 # --8<-- [end:launch]
 
 
-# --8<-- [start:reference]
 def decode_ref(q, k_cache, v_cache, block_table, lengths):
     """fp32 gather + softmax attention, one sequence at a time."""
     batch, q_heads, dim = q.shape
@@ -160,4 +157,3 @@ def decode_ref(q, k_cache, v_cache, block_table, lengths):
 def sdpa_contiguous(q, k, v):
     """PyTorch SDPA on a contiguous cache k, v [batch, kv_heads, len, D] (equal lengths): the baseline."""
     return F.scaled_dot_product_attention(q[:, :, None, :], k, v, enable_gqa=True)[:, :, 0, :]
-# --8<-- [end:reference]

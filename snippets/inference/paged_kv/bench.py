@@ -19,7 +19,6 @@ def check(name, out, ref, tol):
     return err
 
 
-# --8<-- [start:setup]
 def make_cache(batch, context, page, kv_heads, dim, dtype, device, layout="scattered", seed=None, lengths=None):
     """K/V pool, block table and lengths for `batch` sequences of `context` tokens (or `lengths`). scattered:
     each sequence's blocks are a random sample of the pool, as after many allocations and frees; sequential:
@@ -39,10 +38,8 @@ def make_cache(batch, context, page, kv_heads, dim, dtype, device, layout="scatt
 def kv_bytes(lengths, kv_heads, dim, elt, q_heads) -> int:
     """K and V of every cached token once, plus q in and the output out."""
     return int(sum(lengths)) * kv_heads * dim * 2 * elt + 2 * len(lengths) * q_heads * dim * elt
-# --8<-- [end:setup]
 
 
-# --8<-- [start:decode]
 def decode(batch, context, page, q_heads, kv_heads, dim, dtype, device, layout="scattered", splits=None,
            tile_tokens=None, num_warps=4) -> dict:
     """Check, then time one decode step of the Triton kernel; ms and GB/s."""
@@ -68,10 +65,8 @@ def sdpa(batch, context, q_heads, kv_heads, dim, dtype, device) -> dict:
     check(f"sdpa b={batch} ctx={context}", out, ref, TOL[dtype])
     ms = bench_ms(run, device)
     return {"ms": ms, "gbps": kv_bytes([context] * batch, kv_heads, dim, k.element_size(), q_heads) / ms / 1e6}
-# --8<-- [end:decode]
 
 
-# --8<-- [start:flex]
 def flex_paged(batch, context, page, q_heads, kv_heads, dim, dtype, device) -> dict:
     """FlexAttention with its (private, experimental) PagedAttention helper, compiled: the same decode step."""
     from torch.nn.attention.experimental._paged_attention import PagedAttention
@@ -103,4 +98,3 @@ def flex_paged(batch, context, page, q_heads, kv_heads, dim, dtype, device) -> d
     check(f"flex paged b={batch} ctx={context}", run()[:, :, 0], ref, TOL[dtype])
     ms = bench_ms(run, device)
     return {"ms": ms, "gbps": kv_bytes([context] * batch, kv_heads, dim, k_cache.element_size(), q_heads) / ms / 1e6}
-# --8<-- [end:flex]

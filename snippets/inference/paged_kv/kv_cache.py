@@ -7,7 +7,6 @@ import torch
 from snippets.inference.paged_kv.allocator import BlockManager, Slot
 
 
-# --8<-- [start:cache]
 class PagedKVCache:
     def __init__(self, num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype=torch.bfloat16,
                  device="cpu", prefix_caching: bool = True):
@@ -52,4 +51,3 @@ class PagedKVCache:
         table = torch.tensor(self.manager.tables[seq], device=self.k.device)
         n = self.manager.lengths[seq]
         return (self.k[table].flatten(0, 1)[:n], self.v[table].flatten(0, 1)[:n])
-# --8<-- [end:cache]

@@ -10,7 +10,6 @@ from snippets.inference.paged_kv.attention import paged_decode
 from snippets.inference.paged_kv.kv_cache import PagedKVCache
 
 
-# --8<-- [start:model]
 class TinyDecoder:
     def __init__(self, vocab=256, dim=128, layers=2, q_heads=4, kv_heads=2, max_len=4096, seed=0, device="cpu"):
         g = torch.Generator().manual_seed(seed)
@@ -52,10 +51,8 @@ class TinyDecoder:
             q, k, v = self._qkv(x, layer)
             x = self._finish(x, attend(i, q, k, v), layer)
         return F.rms_norm(x[0], (x.shape[-1],)) @ self.out
-# --8<-- [end:model]
 
 
-# --8<-- [start:generate]
 def generate_no_cache(model: TinyDecoder, prompt: list[int], steps: int) -> list[int]:
     tokens = list(prompt)
     for _ in range(steps):
@@ -98,4 +95,3 @@ def generate_paged(model: TinyDecoder, prompt: list[int], steps: int, block_size
         out.append(int(logits.argmax()))
         logits = model.step(out[-1], pos, attend)
     return out
-# --8<-- [end:generate]

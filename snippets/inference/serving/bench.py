@@ -15,7 +15,6 @@ from snippets.inference.serving import lm, mma_gemv, quant, scheduler
 from snippets.inference.serving import speculative as sp
 
 
-# --8<-- [start:spec]
 def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]], n: int, k: int,
                 temperature: float = 0.0, seed: int = 0, reps: int = 1) -> dict:
     """Speculative against plain decoding over the same prompts: wall time (the median of `reps` runs of each,
@@ -38,10 +37,8 @@ def spec_decode(target: TinyDecoder, draft: TinyDecoder, prompts: list[list[int]
     return {"k": k, "temperature": temperature, "acceptance": stats.acceptance_rate,
             "tokens_per_target_call": tokens / stats.target_calls, "speedup": t_plain / t_spec,
             "ms_per_token_plain": 1e3 * t_plain / tokens, "ms_per_token_spec": 1e3 * t_spec / tokens}
-# --8<-- [end:spec]
 
 
-# --8<-- [start:batching]
 def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_size: int = 16,
              chunk: int | None = None, reps: int = 1, graphs: bool | None = None) -> dict:
     """Continuous against static batching on one trace (and continuous with chunked prefill, `chunk` tokens per
@@ -72,7 +69,6 @@ def batching(net: TinyDecoder, requests, max_batch: int, num_blocks: int, block_
     out["throughput_ratio"] = statistics.median(
         c["tokens_per_s"] / s["tokens_per_s"] for c, s in zip(passes["continuous"], passes["static"]))
     return out
-# --8<-- [end:batching]
 
 
 def rotated_ms(fns, device, reps: int = 50) -> float:
@@ -86,7 +82,6 @@ def rotated_ms(fns, device, reps: int = 50) -> float:
     return events_ms(run, trials=reps, warmup=3) / len(fns)
 
 
-# --8<-- [start:quant]
 def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
                configs=(("mma", 64, 128, 4, 3, 1),)) -> dict:
     """y = x @ W.T at batch m: bf16/fp16 cuBLAS against W8A16 and W4A16, each the fastest of `configs`:
@@ -159,10 +154,8 @@ def quant_gemm(m: int, n: int, k: int, dtype, device, group: int = 128,
         out[f"w{bits}_quant_error"] = ((deq - w).norm() / w.norm()).item()
         del layers
     return out
-# --8<-- [end:quant]
 
 
-# --8<-- [start:fp8]
 def fp8_gemm(m: int, n: int, k: int, device) -> dict:
     """W8A8 in FP8 (e4m3, per-tensor scales) through torch._scaled_mm against the bf16 GEMM: the compute-side
     contrast to weight-only quantisation. Needs FP8 tensor cores (compute capability 8.9 or newer)."""
@@ -185,4 +178,3 @@ def fp8_gemm(m: int, n: int, k: int, device) -> dict:
     flops = 2 * m * n * k
     return {"fp8_tflops": flops / ms8 / 1e9, "bf16_tflops": flops / ms16 / 1e9, "speedup": ms16 / ms8,
             "fp8_error": err8, "bf16_error": err16}
-# --8<-- [end:fp8]

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from snippets.inference.paged_kv.model import TinyDecoder
 
 
-# --8<-- [start:lm]
 def forward_logits(net: TinyDecoder, tokens: list[int], layers: int | None = None) -> torch.Tensor:
     """Logits [len, vocab] at every position, through the first `layers` layers (all by default)."""
     return batched_logits(net, torch.tensor(tokens, device=net.emb.device)[None], layers)[0]
@@ -26,10 +25,8 @@ def as_model(net: TinyDecoder, layers: int | None = None, temperature: float = 0
             return F.one_hot(logits.argmax(-1), logits.shape[-1]).double()
         return torch.softmax(logits / temperature, -1)
     return model
-# --8<-- [end:lm]
 
 
-# --8<-- [start:train]
 def markov_corpus(vocab: int, n_seqs: int, length: int, branching: int = 2, seed: int = 0) -> torch.Tensor:
     """Sequences [n_seqs, length] from a random sparse Markov chain: each token has `branching` successors, the
     first taking 85 % of the mass. A synthetic language with structure to learn, downloaded from nowhere."""
@@ -86,4 +83,3 @@ def train(net: TinyDecoder, corpus: torch.Tensor, steps: int, batch: int = 32, l
     for p in params:
         p.requires_grad_(False)
     return losses
-# --8<-- [end:train]

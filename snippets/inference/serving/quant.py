@@ -18,7 +18,6 @@ import triton.language as tl
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-# --8<-- [start:quantize]
 def quantize(w: torch.Tensor, bits: int, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-(row, group) quantisation. Returns (q, scales): int8 [N, K] for 8 bits, or uint8 [N, K // 2]
     holding k = 2j in the low nibble and k = 2j + 1 in the high one (value + 8) for 4 bits; scales fp32
@@ -45,10 +44,8 @@ def dequantize(q: torch.Tensor, scales: torch.Tensor, bits: int, group: int = 12
         q = torch.stack([lo, hi], -1).view(q.shape[0], -1)
     n, k = q.shape
     return (q.float().view(n, k // group, group) * scales[..., None]).view(n, k)
-# --8<-- [end:quantize]
 
 
-# --8<-- [start:kernel]
 @triton.jit
 def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, k_per_split,
                     GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -78,7 +75,6 @@ def _wq_gemm_kernel(X, Wq, S, Y, M, N, K, stride_xm, stride_wn, stride_sn, strid
             acc = tl.dot(x, tl.trans(w), acc)
     y_ptrs = Y + split * stride_ys + rm[:, None] * stride_ym + rn[None, :]
     tl.store(y_ptrs, acc.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
-# --8<-- [end:kernel]
 
 
 # --8<-- [start:gemv]
@@ -98,6 +94,7 @@ def _unpack(words, j, BITS: tl.constexpr, ONE):
     else:
         bits = bits | ONE
     return bits.to(tl.float32, bitcast=True)
+# --8<-- [end:gemv]
 
 
 # f16x2 arithmetic (fp16 activations): one LOP3 (int4) or byte permute (int8) puts a field pair of a word under
@@ -256,10 +253,8 @@ def _read_words_kernel(Wt, Y, N, stride_wk, words_per_prog, BLOCK_N: tl.constexp
     for w0 in range(w_start, w_start + words_per_prog, R):
         acc ^= tl.load(Wt + w0 * stride_wk + ofs, mask=(rn < N)[None, :], other=0)
     tl.atomic_xor(Y + rn, tl.reduce(acc, 0, _xor), mask=rn < N, sem="relaxed")
-# --8<-- [end:gemv]
 
 
-# --8<-- [start:launch]
 GEMV_MAX_ROWS = 4  # up to this many rows of x, the CUDA-core kernel; more, the tensor-core one
 
 
@@ -358,4 +353,3 @@ def read_words(p: GemvWeights, k: int, block_n: int = 64, step: int = 64, k_per_
     _read_words_kernel[grid](p.wt, y, y.shape[0], p.wt.stride(0), k_per_prog // per, BLOCK_N=block_n,
                              R=step // per, num_warps=num_warps, num_stages=1)
     return y
-# --8<-- [end:launch]

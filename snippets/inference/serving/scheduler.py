@@ -36,7 +36,6 @@ class Record:
     preempted: int = 0
 
 
-# --8<-- [start:engine]
 class Engine:
     """The tiny decoder over a paged KV cache: one BlockManager (every layer uses the same block tables), one K and
     one V tensor per layer. A step is one forward over every scheduled token, prompt chunks and decode tokens
@@ -98,6 +97,7 @@ class Engine:
     def free(self, rid: int) -> None:
         self.manager.free(rid)
 
+# --8<-- [start:engine]
     def _forward(self, idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
         """idx [5, tokens] (token, position, block, offset, owner), table [requests, pages]: the next token of each."""
         net = self.net
@@ -109,6 +109,7 @@ class Engine:
             self.k[i, blocks, offsets], self.v[i, blocks, offsets] = k, v
             x = net._finish(x, paged_decode(q, self.k[i], self.v[i], table, lengths, splits=1), layer)
         return (torch.nn.functional.rms_norm(x, (x.shape[-1],)) @ net.out).argmax(-1)
+# --8<-- [end:engine]
 
     def _eager(self, inputs: np.ndarray, table: np.ndarray) -> list[int]:
         dev = self.k.device
@@ -145,10 +146,8 @@ class Engine:
         with torch.cuda.graph(graph):
             out = self._forward(idx, tab)
         return idx, tab, out, graph
-# --8<-- [end:engine]
 
 
-# --8<-- [start:continuous]
 def check_fits(engine: Engine, requests: list[Request]) -> None:
     total = len(engine.manager.allocator.refs)
     for r in requests:
@@ -220,10 +219,8 @@ def finish(engine, req, rec, running, now):
     rec[req.rid].done = now
     engine.free(req.rid)
     running.remove(req)
-# --8<-- [end:continuous]
 
 
-# --8<-- [start:static]
 def run_static(engine: Engine, requests: list[Request], max_batch: int, clock=time.perf_counter):
     """A batch is formed from the requests that have arrived, prefilled in one step, then decoded together until
     its longest request is done; its blocks are released only then. max_batch must fit the cache at full length."""
@@ -258,10 +255,8 @@ def run_static(engine: Engine, requests: list[Request], max_batch: int, clock=ti
         for q in batch:
             engine.free(q.rid)
     return rec, clock() - start
-# --8<-- [end:static]
 
 
-# --8<-- [start:trace]
 def trace(n: int, rate: float, seed: int = 0, vocab: int = 256, prompt_median: int = 64, out_median: int = 32,
           max_len: int = 512) -> list[Request]:
     """Poisson arrivals at `rate` per second; log-normal prompt and output lengths (a long tail, as in chat)."""
@@ -283,7 +278,6 @@ def metrics(rec: dict[int, Record], requests: list[Request], seconds: float) -> 
             "ttft_p99": float(np.percentile(ttft, 99)), "tpot_p50": float(np.percentile(tpot, 50)),
             "tpot_p99": float(np.percentile(tpot, 99)), "seconds": seconds, "tokens": tokens,
             "preemptions": sum(r.preempted for r in rec.values())}
-# --8<-- [end:trace]
 
 
 # --8<-- [start:bound]

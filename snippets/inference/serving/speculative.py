@@ -72,7 +72,6 @@ def sample_plain(target, prompt: list[int], n: int, gen: torch.Generator) -> lis
     return seq[len(prompt):]
 
 
-# --8<-- [start:toy]
 def bigram_model(logits: torch.Tensor, temperature: float = 1.0):
     """A toy causal model whose next-token distribution depends on the last token only: logits [vocab, vocab].
     temperature 0 gives one-hot (greedy) distributions."""
@@ -98,4 +97,3 @@ def sequence_distribution(model, prompt: list[int], n: int) -> dict[tuple[int, .
                 nxt[tail + (tok,)] = pr * float(probs[tok])
         dist = nxt
     return dist
-# --8<-- [end:toy]

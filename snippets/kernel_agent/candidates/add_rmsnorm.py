@@ -51,7 +51,6 @@ def kernel(x, residual, weight, out):
     rmsnorm_chunked[(x.shape[0],)](h, weight, out, x.shape[1], 1e-6, BLOCK=32)
 '''
 
-# --8<-- [start:cuda]
 CUDA = r'''
 import torch
 from torch.utils.cpp_extension import load_inline
@@ -91,4 +90,3 @@ ext = load_inline("kernel_agent_add_rmsnorm", cpp_sources=CPP, cuda_sources=CU, 
 def kernel(x, residual, weight, out):
     ext.add_rmsnorm(x, residual, weight, out)
 '''
-# --8<-- [end:cuda]

@@ -20,7 +20,6 @@ class Cheat:
     source: str
 
 
-# --8<-- [start:cached]
 CACHED = BASE + '''
 _answers = {}
 
@@ -32,7 +31,6 @@ def kernel(x, out):
         _answers[key] = out.clone()
     out.copy_(_answers[key])
 '''
-# --8<-- [end:cached]
 
 CHEATS = [
     Cheat("cached_result", checks.CACHED,

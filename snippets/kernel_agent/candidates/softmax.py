@@ -2,7 +2,6 @@
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 
-# --8<-- [start:rows]
 ROWS_KERNEL = '''
 @triton.jit
 def softmax_rows(x_ptr, out_ptr, n_cols, x_stride, out_stride, BLOCK: tl.constexpr):
@@ -24,7 +23,6 @@ FUSED = HEADER + ROWS_KERNEL + '''
 def kernel(x, out):
     launch(x, out)
 '''
-# --8<-- [end:rows]
 
 LOOPED = HEADER + '''
 

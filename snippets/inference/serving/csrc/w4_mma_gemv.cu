@@ -130,7 +130,6 @@ gemv(const T* __restrict__ x, const uint4* __restrict__ wq, const float* __restr
   __syncthreads();
   // rows >= m read row 0; their outputs are dropped
   const uint4* xl = xs + (g < m ? g : 0) * row16 + warp * groups * 16 + q * 4;
-  // --8<-- [start:loop]
   float acc[TW][4] = {};
   for (int it = 0; it < groups; it += STAGES) {
 #pragma unroll
@@ -151,6 +150,7 @@ gemv(const T* __restrict__ x, const uint4* __restrict__ wq, const float* __restr
       const uint32_t xw[16] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w,
                                v2.x, v2.y, v2.z, v2.w, v3.x, v3.y, v3.z, v3.w};
 #pragma unroll
+  // --8<-- [start:loop]
       for (int t = 0; t < TW; ++t) {
         float c[4] = {0.f, 0.f, 0.f, 0.f};
         uint32_t w[4 * V];
@@ -179,9 +179,9 @@ gemv(const T* __restrict__ x, const uint4* __restrict__ wq, const float* __restr
         acc[t][2] += c[2] * cs[t][1];  // feature g + 8
         acc[t][3] += c[3] * cs[t][1];
       }
+  // --8<-- [end:loop]
     }
   }
-  // --8<-- [end:loop]
   if (KW > 1) {  // warp 0 adds the other warps' sums, in the shared memory x is done with
     float* part = reinterpret_cast<float*>(xs);  // [KW][TW][4][32]
     __syncthreads();

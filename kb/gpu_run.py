@@ -157,8 +157,9 @@ def read_manifest(path: Path) -> dict[str, str]:
 
 
 def provenance(inputs: list[str]) -> tuple[str | None, bool, str]:
-    """(commit, tree_clean, why not clean) for these inputs."""
-    if (ROOT / ".git").exists():
+    """(commit, tree_clean, why not clean) for these inputs. KB_COMMIT and KB_MANIFEST, when given, win over
+    a .git folder: a copy of the tree on a GPU machine may carry a .git from another commit."""
+    if (ROOT / ".git").exists() and not os.environ.get("KB_MANIFEST"):
         commit = (_git("rev-parse", "HEAD") or "").strip() or None
         dirty = dirty_paths()
         if dirty is None:
@@ -166,10 +167,10 @@ def provenance(inputs: list[str]) -> tuple[str | None, bool, str]:
         return commit, not dirty, ("uncommitted changes: " + "; ".join(dirty[:5])) if dirty else ""
     commit = os.environ.get("KB_COMMIT")
     if not commit or not re.fullmatch(r"[0-9a-f]{40}", commit):
-        return None, False, "no .git here and KB_COMMIT is not a 40-hex commit"
+        return None, False, "KB_COMMIT is not a 40-hex commit (and no usable .git)"
     manifest = os.environ.get("KB_MANIFEST")
     if not manifest or not Path(manifest).is_file():
-        return commit, False, "no .git here and KB_MANIFEST names no file (make gpu-manifest writes it)"
+        return commit, False, "KB_MANIFEST names no file (make gpu-manifest writes it)"
     blobs = read_manifest(Path(manifest))
     differ = [p for p in inputs if blobs.get(p) != git_blob(ROOT / p)]
     if differ:

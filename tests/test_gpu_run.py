@@ -175,3 +175,16 @@ def test_tree_clean_from_a_manifest_without_git(tmp_path, monkeypatch):
     assert gpu_run.provenance(["snippets/a.py"])[1] is False
     monkeypatch.setenv("KB_COMMIT", "HEAD")
     assert gpu_run.provenance(["snippets/a.py"])[:2] == (None, False)
+
+
+def test_a_manifest_wins_over_a_git_folder_of_another_commit(tmp_path, monkeypatch):
+    """A GPU machine's copy of the tree may carry a stale .git: KB_COMMIT + KB_MANIFEST decide."""
+    inputs = ["snippets/common/timing.py"]
+    listing = "".join(f"100644 {gpu_run.git_blob(ROOT / p)} 0\t{p}\n" for p in inputs)
+    (tmp_path / "manifest.txt").write_text(listing)
+    monkeypatch.setenv("KB_COMMIT", "a" * 40)
+    monkeypatch.setenv("KB_MANIFEST", str(tmp_path / "manifest.txt"))
+    assert gpu_run.provenance(inputs) == ("a" * 40, True, "")
+    (tmp_path / "manifest.txt").write_text(listing.replace(gpu_run.git_blob(ROOT / inputs[0]), "0" * 40))
+    commit, clean, why = gpu_run.provenance(inputs)
+    assert not clean and "snippets/common/timing.py" in why

@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass, field
 from snippets.nccl import flight_recorder as fr
 from snippets.nccl.evidence import (NETWORK_WORDS, OPTYPE, BadInput, Exit, Finding, Job, collect_jobs,
                                     read_launcher, scan_log, show)
+from snippets.nccl.messages import languages, msg, msgs
+
+CLASSES = ("missing_rank", "straggler", "mismatch", "dead_rank", "network_error", "none")
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Evidence:
     alignment: fr.Alignment | None
     findings: list[Finding]
     exits: dict[int, Exit]
+    lang: str = "en"  # of the lines the doctor writes into the evidence
 
     def __post_init__(self):
         self.by_rank = {d.rank: d for d in self.dumps}
@@ -47,7 +51,7 @@ class Evidence:
         return sorted(ranks)
 
 
-def gather(job: Job) -> Evidence:
+def gather(job: Job, lang: str = "en") -> Evidence:
     dumps = [fr.load_dump(p) for p in job.dumps]
     dumps = _one_per_rank(dumps)
     fr.check_same_job(dumps)
@@ -56,7 +60,7 @@ def gather(job: Job) -> Evidence:
         if exits and d.rank not in exits:
             raise BadInput(d.path, f"rank {d.rank} is not in the job of {show(job.launcher)} (ranks {sorted(exits)})")
     findings = [f for p, r in job.logs + job.nccl_logs for f in scan_log(p, r)]
-    return Evidence(job, dumps, fr.align(dumps) if dumps else None, findings, exits)
+    return Evidence(job, dumps, fr.align(dumps) if dumps else None, findings, exits, lang)
 
 
 def _one_per_rank(dumps: list[fr.Dump]) -> list[fr.Dump]:
@@ -76,7 +80,7 @@ def _one_per_rank(dumps: list[fr.Dump]) -> list[fr.Dump]:
 @dataclass
 class Diagnosis:
     job: str
-    cls: str  # missing_rank | straggler | mismatch | dead_rank | network_error | none
+    cls: str  # one of CLASSES
     culprits: list[int]
     op: str | None
     seq: int | None
@@ -88,9 +92,10 @@ class Diagnosis:
     environment: list[str] = field(default_factory=list)
 
 
-def _entry_line(d: fr.Dump, e: fr.Entry) -> str:
+def _entry_line(d: fr.Dump, e: fr.Entry, lang: str) -> str:
     where = e.caller()
-    return f"{show(d.path)}[{e.index}]: {e.describe()}" + (f", called from {where}" if where else "")
+    return f"{show(d.path)}[{e.index}]: {e.describe()}" + (msg(lang, "doctor.evidence.called_from", where=where)
+                                                          if where else "")
 
 
 def _dump_of(ev: Evidence, rank: int) -> fr.Dump | None:
@@ -104,9 +109,8 @@ def _some(ranks, culprits: list[int], others: int = 2) -> tuple[list[int], int]:
     return shown, len(ranks) - len(shown)
 
 
-def _more(hidden: int, zh: bool = False) -> list[str]:
-    return [f"（另有 {hidden} 个 rank 与上面的非嫌疑 rank 相同）" if zh else
-            f"(and {hidden} more ranks like the non-culprit ones above)"] if hidden else []
+def _more(hidden: int, lang: str) -> list[str]:
+    return [msg(lang, "doctor.evidence.more_ranks", hidden=hidden)] if hidden else []
 
 
 def from_detail(ev: Evidence) -> Diagnosis | None:
@@ -154,12 +158,13 @@ def from_flight_recorder(ev: Evidence) -> Diagnosis | None:
     for r in shown:
         d, e = _dump_of(ev, r), div.at[r]
         if e is not None:
-            lines.append(_entry_line(d, e))
+            lines.append(_entry_line(d, e, ev.lang))
         else:
             last = max((x for x in d.entries if x.pg == div.pg), key=lambda x: x.seq, default=None)
-            lines.append(f"{show(d.path)}: no collective #{div.seq} in process group {div.pg}"
-                         + (f"; its last is #{last.seq} {last.profiling_name} state={last.state}" if last else ""))
-    lines += _more(hidden)
+            lines.append(msg(ev.lang, "doctor.evidence.no_collective", path=show(d.path), seq=div.seq, pg=div.pg)
+                         + (msg(ev.lang, "doctor.evidence.its_last", seq=last.seq, name=last.profiling_name,
+                                state=last.state) if last else ""))
+    lines += _more(hidden, ev.lang)
     cls = "mismatch" if div.kind == "mismatch" else "missing_rank"
     crashed = [r for r in div.culprits if r in ev.exits and ev.exits[r].code != 0 and not ev.exits[r].by_launcher
                and ev.exits[r].seconds <= min(x.seconds for x in ev.exits.values())]
@@ -177,7 +182,8 @@ def from_size_abort(ev: Evidence) -> Diagnosis | None:
     at = fr.pending(ev.dumps)
     return Diagnosis(ev.job.name, "mismatch", [], at.op if at else None, at.seq if at else None,
                      at.pg if at else None, facts={"source": "gloo_abort", "aborted": sorted({f.rank for f in hits})},
-                     evidence=[f.quote() for f in hits[:2]] + ([_entry_line(_dump_of(ev, at.rank), at)] if at else []))
+                     evidence=[f.quote() for f in hits[:2]]
+                     + ([_entry_line(_dump_of(ev, at.rank), at, ev.lang)] if at else []))
 
 
 def from_dead_rank(ev: Evidence) -> Diagnosis | None:
@@ -191,9 +197,9 @@ def from_dead_rank(ev: Evidence) -> Diagnosis | None:
         return None
     at = fr.pending(ev.dumps)
     lines = [ev.exits[r].quote for r in dead if r in ev.exits]
-    lines += [f"(no Flight Recorder dump from rank {r})" for r in dead]
+    lines += [msg(ev.lang, "doctor.evidence.no_dump", rank=r) for r in dead]
     if at:
-        lines.append(_entry_line(_dump_of(ev, at.rank), at))
+        lines.append(_entry_line(_dump_of(ev, at.rank), at, ev.lang))
     return Diagnosis(ev.job.name, "dead_rank", dead, at.op if at else None, at.seq if at else None,
                      at.pg if at else None, facts={"source": "launcher" if ev.exits else "missing_dump"},
                      evidence=lines)
@@ -244,8 +250,9 @@ def from_straggle(ev: Evidence) -> Diagnosis | None:
     if st is None:
         return None
     shown, hidden = _some(st.at, st.culprits)
-    lines = [_entry_line(_dump_of(ev, r), st.at[r]) + f", arrived {st.late_s[r]:.3f} s after the first rank"
-             for r in shown] + _more(hidden)
+    lines = [_entry_line(_dump_of(ev, r), st.at[r], ev.lang)
+             + msg(ev.lang, "doctor.evidence.arrived_late", late_s=st.late_s[r]) for r in shown]
+    lines += _more(hidden, ev.lang)
     return Diagnosis(ev.job.name, "straggler", st.culprits, st.op, st.seq, st.pg,
                      facts={"source": "flight_recorder", "late_s": max(st.late_s.values())}, evidence=lines)
 
@@ -255,7 +262,7 @@ RULES = (from_detail, from_monitored_barrier, from_flight_recorder, from_size_ab
 
 
 def diagnose(job: Job, lang: str = "en", pytorch: bool = True) -> Diagnosis:
-    ev = gather(job)
+    ev = gather(job, lang)
     diag = next((d for rule in RULES if (d := rule(ev))), None)
     if diag is None:
         seq, op = _watchdog_point(ev)
@@ -290,8 +297,8 @@ def _coll_counts(ev: Evidence) -> list[str]:
             last[f.rank] = f
     if len(set(count.values())) <= 1:
         return []
-    return [f"{show(last[r].path)}:{last[r].line}: NCCL COLL line {count[r]} of rank {r} (the last it enqueued)"
-            for r in sorted(count)]
+    return [msg(ev.lang, "doctor.evidence.coll_count", path=show(last[r].path), line=last[r].line, count=count[r],
+                rank=r) for r in sorted(count)]
 
 
 def _rank_table(ev: Evidence) -> list[str]:
@@ -315,8 +322,9 @@ def _environment(ev: Evidence, lang: str) -> list[str]:
     out = []
     if ev.dumps:
         d = ev.dumps[0]
-        lib = f", {d.backend} {d.comm_lib_version}" if d.comm_lib_version else f", {d.backend}"
-        out.append(f"Flight Recorder dump version {d.version}{lib}, {len(ev.dumps)} dumps for world {len(ev.world())}")
+        out.append(msg(lang, "doctor.environment.dumps_lib" if d.comm_lib_version else "doctor.environment.dumps",
+                       version=d.version, backend=d.backend, lib=d.comm_lib_version, dumps=len(ev.dumps),
+                       world=len(ev.world())))
     logs = sorted(ev.job.nccl_logs, key=lambda x: (x[1] is None, x[1] or 0))
     if logs:
         out.append(nccl_info.parse(logs[0][0].read_text(errors="replace")).summary(lang))
@@ -332,171 +340,66 @@ PYTORCH_MAX_RANKS = 256  # its matching takes about 5 s for 1024 synthetic ranks
 
 
 def _pytorch_note(dumps: list[fr.Dump], lang: str) -> str:
-    head = "PyTorch 自带的分析器（torchfrtrace）：" if lang == "zh" else "PyTorch's own analyser (torchfrtrace): "
+    head = msg(lang, "doctor.pytorch.head")
     if len(dumps) > PYTORCH_MAX_RANKS:
-        return head + (f"跳过（{len(dumps)} 个 dump，太慢）" if lang == "zh"
-                       else f"skipped for {len(dumps)} dumps (slow)")
+        return head + msg(lang, "doctor.pytorch.skipped", dumps=len(dumps))
     rep = fr.pytorch_report(dumps)
     if rep.failure:
-        return head + ("运行失败，" if lang == "zh" else "failed, ") + rep.failure
+        return head + msg(lang, "doctor.pytorch.failed", failure=rep.failure)
     if rep.seq is None:
-        said = " / ".join(dict.fromkeys(rep.lines[:1])) or ("未发现问题" if lang == "zh" else "finds nothing wrong")
+        said = " / ".join(dict.fromkeys(rep.lines[:1])) or msg(lang, "doctor.pytorch.nothing_wrong")
         return head + said
     said = [ln for ln in rep.lines if ln.startswith(("Not all ranks", "Collective sequence", "missing ranks",
                                                      "error msg"))]
     return head + "; ".join(said)
 
 
-NAMES = {
-    "en": {"missing_rank": "missing rank", "straggler": "straggler", "mismatch": "mismatch", "dead_rank": "dead rank",
-           "network_error": "network error", "none": "none found"},
-    "zh": {"missing_rank": "缺席的 rank", "straggler": "掉队的 rank（straggler）", "mismatch": "集合通信不一致",
-           "dead_rank": "rank 进程已退出", "network_error": "网络错误", "none": "未发现"},
-}
-ADVICE = {
-    "en": {
-        "missing_rank": [
-            "Rank(s) {culprits} never called {op} #{seq}; the other ranks sit in it until the timeout. Look for what "
-            "runs on those ranks just before it: a branch on the rank or on local data (`if rank == ...`, an uneven "
-            "number of micro-batches, an exception caught on one rank, an early return or exit).",
-            "Make every rank call the same collectives: pad the data, or all_reduce a flag and branch on the result.",
-            "To have the missing rank named at once next time: TORCH_DISTRIBUTED_DEBUG=DETAIL, or "
-            "dist.monitored_barrier(wait_all_ranks=True) on a gloo group.",
-        ],
-        "straggler": [
-            "Rank(s) {culprits} reached {op} #{seq} {late_s:.2f} s after the first rank; nothing hung yet, but a "
-            "longer delay times out. Find what those ranks do before the call (data loading, I/O, CPU contention, a "
-            "slower or throttled GPU).",
-            "While it lags, run `py-spy dump --native -p PID` on that rank; Flight Recorder durations "
-            "(TORCH_NCCL_ENABLE_TIMING=1) show how long the others waited. Raising the timeout only hides it.",
-        ],
-        "mismatch": [
-            "Ranks called different collectives at #{seq}: {detail}. NCCL does not check this: it hangs, or "
-            "reads the wrong number of bytes. Make op, shape and dtype agree on every rank (e.g. pad to a common "
-            "length first, or exchange sizes with a small all_gather).",
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL checks op, shape and dtype before every collective and raises at once on "
-            "all ranks (slow: for debugging only).",
-        ],
-        "dead_rank": [
-            "Rank(s) {culprits} exited while the others waited in {op} #{seq}; the timeout is a symptom. Read that "
-            "rank's own log, then the machine's: `dmesg -T | grep -i -e 'killed process' -e xid` (OOM killer, GPU "
-            "errors), `nvidia-smi -q -d ECC,PAGE_RETIREMENT`.",
-            "Let the launcher stop the job when one rank dies (torchrun does) rather than waiting for the timeout.",
-        ],
-        "network_error": [
-            "NCCL reported transport errors (quoted above). Test the links: `ibstat`, `ib_write_bw` per pair, "
-            "nccl-tests between the nodes; NCCL_DEBUG_SUBSYS=INIT,NET shows the transport chosen.",
-            "NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT tune InfiniBand retransmission; the PyTorch timeout is "
-            "init_process_group(timeout=...). There is no NCCL_TIMEOUT.",
-        ],
-        "none": [
-            "Nothing in this evidence shows a divergence. Turn on the Flight Recorder in every rank "
-            "(TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<dir>/fr.), keep each "
-            "rank's stdout and stderr, and run the doctor on all of them.",
-        ],
-    },
-    "zh": {
-        "missing_rank": [
-            "rank {culprits} 没有调用 {op} #{seq}，其他 rank 一直等在这里直到超时。"
-            "查看这些 rank 在这之前执行了什么：依赖 rank 或本地数据的分支（`if rank == ...`、"
-            "各 rank 的 micro-batch 数不同、某个 rank 捕获了异常、提前 return 或退出）。",
-            "让所有 rank 调用同样的集合通信：把数据补齐，或者先 all_reduce 一个标志，再根据结果统一分支。",
-            "下次想立刻知道缺席的 rank：设置 TORCH_DISTRIBUTED_DEBUG=DETAIL，"
-            "或在 gloo 组上用 dist.monitored_barrier(wait_all_ranks=True)。",
-        ],
-        "straggler": [
-            "rank {culprits} 比最早的 rank 晚 {late_s:.2f} 秒到达 {op} #{seq}；这次还没有卡死，"
-            "但再慢一些就会超时。查看这些 rank 在调用前做了什么"
-            "（数据加载、I/O、CPU 争用、更慢或降频的 GPU）。",
-            "在它落后时对该 rank 运行 `py-spy dump --native -p PID`；Flight Recorder 的 duration"
-            "（TORCH_NCCL_ENABLE_TIMING=1）显示其他 rank 等了多久。调大超时只会掩盖问题。",
-        ],
-        "mismatch": [
-            "各 rank 在 #{seq} 调用了不同的集合通信：{detail}。NCCL 不做这种检查：它会卡住，"
-            "或者读错字节数。让每个 rank 的操作、形状和 dtype 一致"
-            "（例如先补齐到相同长度，或用一次小的 all_gather 交换尺寸）。",
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL 会在每次集合通信前检查操作、形状和 dtype，"
-            "不一致时所有 rank 立即报错（较慢，仅用于调试）。",
-        ],
-        "dead_rank": [
-            "rank {culprits} 在其他 rank 等待 {op} #{seq} 时退出了；超时只是表象。"
-            "先看这个 rank 自己的日志，再看机器的：`dmesg -T | grep -i -e 'killed process' -e xid`"
-            "（OOM killer、GPU 错误）、`nvidia-smi -q -d ECC,PAGE_RETIREMENT`。",
-            "让启动器在某个 rank 退出时结束整个作业（torchrun 就是这样），不要等到超时。",
-        ],
-        "network_error": [
-            "NCCL 报告了传输错误（见上面的引用）。测试链路：`ibstat`、逐对运行 `ib_write_bw`、"
-            "在节点之间运行 nccl-tests；NCCL_DEBUG_SUBSYS=INIT,NET 会显示所选的传输方式。",
-            "NCCL_IB_TIMEOUT 和 NCCL_IB_RETRY_CNT 调的是 InfiniBand 重传；"
-            "PyTorch 的超时是 init_process_group(timeout=...)。NCCL 没有 NCCL_TIMEOUT 这个变量。",
-        ],
-        "none": [
-            "这些证据里没有发现分歧。在每个 rank 上打开 Flight Recorder（TORCH_FR_BUFFER_SIZE=2000 "
-            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<目录>/fr.），"
-            "保存每个 rank 的 stdout 和 stderr，再用 doctor 读取。",
-        ],
-    },
-}
-
-
 def next_steps(diag: Diagnosis, lang: str) -> list[str]:
+    """What to do next: the advice for the class (messages/<lang>.yml, doctor.advice), with the case's facts."""
     values = {"culprits": ", ".join(map(str, diag.culprits)) or "?", "op": diag.op or "?", "seq": diag.seq or "?",
               "late_s": diag.facts.get("late_s", 0.0), "detail": diag.facts.get("detail", "")}
-    steps = [s.format(**values) for s in ADVICE[lang][diag.cls]]
+    steps = msgs(lang, f"doctor.advice.{diag.cls}", **values)
     if diag.cls == "none" and diag.facts.get("source") == "watchdog":
         stuck = sorted(r for r, (enq, done) in diag.facts["progress"].items() if done < enq)
-        steps.insert(0, f"每个 rank 都已入队 #{diag.seq}，rank {stuck} 没有完成它。没有 Flight Recorder dump，"
-                        "doctor 无法区分大小不一致与 GPU 或网络卡死。" if lang == "zh" else
-                        f"Every rank enqueued #{diag.seq}; ranks {stuck} did not complete it. Without Flight Recorder "
-                        "dumps the doctor cannot tell a size mismatch from a GPU or network hang.")
+        steps.insert(0, msg(lang, "doctor.step.watchdog_only", seq=diag.seq, stuck=stuck))
     if diag.cls == "mismatch" and not diag.culprits:
-        steps.insert(0, "这份证据无法判断哪一方错了：用 TORCH_DISTRIBUTED_DEBUG=DETAIL 重跑，"
-                     "它会打印每个 rank 的操作和形状。" if lang == "zh" else
-                     "This evidence cannot tell which side is wrong: rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL, "
-                     "which prints each rank's op and shape.")
+        steps.insert(0, msg(lang, "doctor.step.mismatch_no_culprit"))
     if diag.facts.get("source") == "detail":
-        steps.append(f"DETAIL 报告的 SequenceNumber={diag.facts['detail_seq']} 是已发出的集合通信个数，"
-                     f"所以出错的是 #{diag.seq}（Flight Recorder 和 WorkNCCL 的编号）。"
-                     "DETAIL 在它执行之前就拦下了，所以 Flight Recorder 里没有这一条。" if lang == "zh" else
-                     f"DETAIL's SequenceNumber={diag.facts['detail_seq']} counts the collectives already issued, so "
-                     f"the failing one is #{diag.seq} in Flight Recorder and WorkNCCL numbering. DETAIL stopped it "
-                     "before it ran, so the Flight Recorder has no entry for it.")
+        steps.append(msg(lang, "doctor.step.detail_seq", detail_seq=diag.facts["detail_seq"], seq=diag.seq))
     return steps
 
 
 def render(diag: Diagnosis, lang: str = "en") -> str:
-    zh = lang == "zh"
-    L = (lambda z, e: z if zh else e)
-    who = ", ".join(map(str, diag.culprits)) or L("无法确定", "undetermined")
-    lines = [f"{L('作业', 'Job')}: {diag.job}",
-             f"{L('诊断', 'Diagnosis')}: {NAMES[lang][diag.cls]}",
-             f"{L('嫌疑 rank', 'Culprit rank(s)')}: {who if diag.cls != 'none' else '-'}   "
-             f"{L('集合通信', 'Collective')}: {diag.op or '-'}   {L('序号', 'Sequence number')}: {diag.seq or '-'}"
-             + (f"   {L('进程组', 'Process group')}: {diag.pg}" if diag.pg else ""),
-             f"{L('证据', 'Evidence')}:"]
+    def label(key: str) -> str:
+        return msg(lang, f"doctor.label.{key}")
+    who = ", ".join(map(str, diag.culprits)) or msg(lang, "doctor.undetermined")
+    lines = [f"{label('job')}: {diag.job}",
+             f"{label('diagnosis')}: {msg(lang, f'doctor.class.{diag.cls}')}",
+             f"{label('culprits')}: {who if diag.cls != 'none' else '-'}   "
+             f"{label('collective')}: {diag.op or '-'}   {label('seq')}: {diag.seq or '-'}"
+             + (f"   {label('pg')}: {diag.pg}" if diag.pg else ""),
+             f"{label('evidence')}:"]
     lines += [f"  {q.removeprefix(diag.job + '/')}" for q in diag.evidence] or ["  -"]
     shown, hidden = _some([r["rank"] for r in diag.ranks], diag.culprits, others=4)
-    lines += [f"{L('各 rank', 'Ranks')}:"] + [f"  {_row(r, zh)}" for r in diag.ranks if r["rank"] in shown]
-    lines += [f"  {m}" for m in _more(hidden, zh)]
-    lines += [f"{L('下一步', 'Next steps')}:"] + [f"  {i}. {s}" for i, s in enumerate(next_steps(diag, lang), 1)]
+    lines += [f"{label('ranks')}:"] + [f"  {_row(r, lang)}" for r in diag.ranks if r["rank"] in shown]
+    lines += [f"  {msg(lang, 'doctor.more_ranks', hidden=hidden)}"] if hidden else []
+    lines += [f"{label('next_steps')}:"] + [f"  {i}. {s}" for i, s in enumerate(next_steps(diag, lang), 1)]
     if diag.notes:
-        lines += [f"{L('备注', 'Notes')}:"] + [f"  {n}" for n in diag.notes]
+        lines += [f"{label('notes')}:"] + [f"  {n}" for n in diag.notes]
     if diag.environment:
-        lines += [f"{L('环境', 'Environment')}:"] + ["  " + e.replace("\n", "\n  ") for e in diag.environment]
+        lines += [f"{label('environment')}:"] + ["  " + e.replace("\n", "\n  ") for e in diag.environment]
     return "\n".join(lines)
 
 
-def _row(r: dict, zh: bool) -> str:
+def _row(r: dict, lang: str) -> str:
     def num(v, unknown):
         return f"#{v}" if v is not None else unknown
     ex = "-" if r["exitcode"] is None else f"{r['exitcode']} ({r['exit_after_s']:g} s)"
     if r["killed_by_launcher"]:
-        ex += " killed by launcher" if not zh else " 被启动器杀掉"
-    if zh:
-        return (f"rank {r['rank']}: dump {r['dump'] or '无'}，最后入队 {num(r['last_enqueued'], '-')}，"
-                f"最后完成 {num(r['last_completed'], '未知')}，退出码 {ex}")
-    return (f"rank {r['rank']}: dump {r['dump'] or 'none'}, last enqueued {num(r['last_enqueued'], '-')}, "
-            f"last completed {num(r['last_completed'], 'unknown')}, exit {ex}")
+        ex += msg(lang, "doctor.killed_by_launcher")
+    return msg(lang, "doctor.row", rank=r["rank"], dump=r["dump"] or msg(lang, "doctor.row_no_dump"),
+               enqueued=num(r["last_enqueued"], "-"),
+               completed=num(r["last_completed"], msg(lang, "doctor.row_unknown")), exit=ex)
 
 
 def diagnose_paths(paths: list[str], lang: str = "en", pytorch: bool = True) -> list[Diagnosis]:
@@ -507,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m snippets.nccl.doctor", description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", metavar="PATH", help="job folders or single files")
     p.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
-    p.add_argument("--lang", choices=("en", "zh"), default="en")
+    p.add_argument("--lang", choices=languages(), default="en")
     p.add_argument("--no-pytorch", action="store_true", help="skip PyTorch's own Flight Recorder analyser")
     args = p.parse_args(argv)
     try:

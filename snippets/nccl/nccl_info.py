@@ -23,6 +23,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from snippets.nccl.messages import msg
+
 LINE = re.compile(r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                   r"(?:(?P<where>\S+:\d+)(?: \((?P<func>[^)]*)\))? )?"
                   r"NCCL (?P<level>INFO|WARN|ATTN|TRACE|CALL) ?(?P<msg>.*)$")
@@ -80,7 +82,7 @@ class NcclInfo:
         return {k: v for k, v in self.transports.items() if v}
 
     def summary(self, lang: str = "en") -> str:
-        return _summary_zh(self) if lang.startswith("zh") else _summary_en(self)
+        return _summary(self, lang)
 
 
 def is_nccl_log(text: str) -> bool:
@@ -175,9 +177,10 @@ def _topology_links(info: NcclInfo) -> list[str]:
     return [f"{k} ({LINK_KINDS[k]})" for k in kinds]
 
 
-def _colls_text(info: NcclInfo, sep: str) -> str:
+def _colls_text(info: NcclInfo, lang: str) -> str:
     counts = Counter((c["op"], c["count"], c["dtype"]) for c in info.colls)
-    return sep.join(f"{op} x{k} (count {count}, {dtype})" for (op, count, dtype), k in counts.items())
+    return msg(lang, "nccl_info.sep").join(msg(lang, "nccl_info.coll", op=op, times=k, count=count, dtype=dtype)
+                                           for (op, count, dtype), k in counts.items())
 
 
 def _opcount_stuck(info: NcclInfo) -> bool:
@@ -185,67 +188,38 @@ def _opcount_stuck(info: NcclInfo) -> bool:
     return len(info.colls) > 1 and len({c["opCount"] for c in info.colls}) == 1
 
 
-def _summary_en(info: NcclInfo) -> str:
+def _summary(info: NcclInfo, lang: str) -> str:
+    """One paragraph: the sentences of messages/<lang>.yml (nccl_info.*) that the log has facts for."""
+    def m(key: str, **values) -> str:
+        return msg(lang, f"nccl_info.{key}", **values)
     if not info.recognised:
-        return "Not an NCCL log: no line carries NCCL's 'host:pid:tid [dev] NCCL INFO/WARN' prefix."
-    out = [f"NCCL {info.version or '(version line missing)'}" + (f" built for CUDA {info.cuda}" if info.cuda else "")
-           + "."]
+        return m("not_nccl")
+    end = m("end")
+    out = [m("version", version=info.version or m("version_missing"))
+           + (m("built_for", cuda=info.cuda) if info.cuda else "") + end]
     if info.rank is not None:
-        out.append(f"Rank {info.rank} of {info.nranks} on cudaDev {info.cuda_dev} (busId {info.bus_id})"
-                   + (f"; {len(info.comms)} communicators" if len(info.comms) > 1 else "") + ".")
+        out.append(m("rank", rank=info.rank, nranks=info.nranks, cuda_dev=info.cuda_dev, bus_id=info.bus_id)
+                   + (m("communicators", comms=len(info.comms)) if len(info.comms) > 1 else "") + end)
     used = info.used_transports()
     if used:
-        out.append("Peer connections: " + ", ".join(f"{k} x{v}" for k, v in used.items()) + ".")
+        out.append(m("peers") + m("sep").join(m("peer", transport=k, count=v) for k, v in used.items()) + end)
     if info.nchannels:
-        out.append(f"{info.nchannels} channels" + (f", ring {info.rings[0]}" if info.rings else "")
-                   + (f", tree of channel 0 {info.trees[0]} (down/down/down->rank->up)" if info.trees else "") + ".")
+        out.append(m("channels", channels=info.nchannels) + (m("ring", ring=info.rings[0]) if info.rings else "")
+                   + (m("tree", tree=info.trees[0]) if info.trees else "") + end)
     if info.network:
-        net = f"Network transport: {info.network}"
+        net = m("network", network=info.network)
         if used and not any(k.startswith("NET/") for k in used):
-            net += " (for traffic between nodes; these peers use no NET connection)"
-        out.append(net + ".")
+            net += m("network_unused")
+        out.append(net + end)
     if info.nvls is not None:
-        out.append("NVLS (NVLink SHARP) " + ("on." if info.nvls else "off."))
+        out.append(m("nvls_on") if info.nvls else m("nvls_off"))
     links = _topology_links(info)
     if info.topology:
-        out.append(f"Topology: maxBw {info.topo_max_bw:g} GB/s" if info.topo_max_bw is not None else "Topology:")
-        out[-1] += f", links {', '.join(links)}." if links else "."
+        out.append(m("topology_bw", max_bw=info.topo_max_bw) if info.topo_max_bw is not None else m("topology"))
+        out[-1] += m("links", links=", ".join(links)) if links else end
     if info.colls:
-        out.append(f"{len(info.colls)} COLL lines: {_colls_text(info, ', ')}"
-                   + (f"; opCount is {info.colls[0]['opCount']} on every line, so count lines, not opCount"
-                      if _opcount_stuck(info) else "") + ".")
-    out.append(f"{len(info.warnings)} NCCL WARN lines" + (f", first: {info.warnings[0]}" if info.warnings else "")
-               + ".")
-    return " ".join(out)
-
-
-def _summary_zh(info: NcclInfo) -> str:
-    if not info.recognised:
-        return "这不是 NCCL 日志：没有任何一行带有 NCCL 的 'host:pid:tid [dev] NCCL INFO/WARN' 前缀。"
-    out = [f"NCCL {info.version or '（缺少版本行）'}" + (f"，基于 CUDA {info.cuda} 构建" if info.cuda else "") + "。"]
-    if info.rank is not None:
-        out.append(f"本进程是 {info.nranks} 个 rank 中的 rank {info.rank}，cudaDev {info.cuda_dev}（busId {info.bus_id}）"
-                   + (f"，共 {len(info.comms)} 个通信器" if len(info.comms) > 1 else "") + "。")
-    used = info.used_transports()
-    if used:
-        out.append("与对端的连接：" + "，".join(f"{k} ×{v}" for k, v in used.items()) + "。")
-    if info.nchannels:
-        out.append(f"{info.nchannels} 个通道" + (f"，环的顺序 {info.rings[0]}" if info.rings else "")
-                   + (f"，通道 0 的树 {info.trees[0]}（下/下/下->本 rank->上）" if info.trees else "") + "。")
-    if info.network:
-        net = f"网络传输：{info.network}"
-        if used and not any(k.startswith("NET/") for k in used):
-            net += "（用于跨节点通信；这些对端之间没有走网络的连接）"
-        out.append(net + "。")
-    if info.nvls is not None:
-        out.append("NVLS（NVLink SHARP）" + ("已开启。" if info.nvls else "已关闭。"))
-    links = _topology_links(info)
-    if info.topology:
-        out.append(f"拓扑：maxBw {info.topo_max_bw:g} GB/s" if info.topo_max_bw is not None else "拓扑：")
-        out[-1] += f"，链路类型 {', '.join(links)}。" if links else "。"
-    if info.colls:
-        out.append(f"{len(info.colls)} 行 COLL 日志：{_colls_text(info, '，')}"
-                   + (f"；每一行的 opCount 都是 {info.colls[0]['opCount']}，要数行数，不能看 opCount"
-                      if _opcount_stuck(info) else "") + "。")
-    out.append(f"{len(info.warnings)} 行 NCCL WARN" + (f"，第一行：{info.warnings[0]}" if info.warnings else "") + "。")
-    return "".join(out)
+        out.append(m("colls", lines=len(info.colls), colls=_colls_text(info, lang))
+                   + (m("opcount_stuck", opcount=info.colls[0]["opCount"]) if _opcount_stuck(info) else "") + end)
+    out.append(m("warns", warns=len(info.warnings)) + (m("first_warn", warn=info.warnings[0]) if info.warnings else "")
+               + end)
+    return m("join").join(out)

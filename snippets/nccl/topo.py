@@ -10,27 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from snippets.nccl.messages import catalogue_path, msg
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-# nvidia-smi's own legend (nvidia-smi topo -m), used when the text does not carry it.
-LEGEND = {
-    "X": "Self",
-    "SYS": "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
-    "NODE": "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
-    "PHB": "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
-    "PXB": "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
-    "PIX": "Connection traversing at most a single PCIe bridge",
-    "NV#": "Connection traversing a bonded set of # NVLinks",
-}
-LEGEND_ZH = {
-    "X": "自身",
-    "SYS": "经过 PCIe 以及 NUMA 节点之间的 SMP 互联（如 QPI/UPI）",
-    "NODE": "经过 PCIe 以及同一 NUMA 节点内 PCIe Host Bridge 之间的互联",
-    "PHB": "经过 PCIe 以及一个 PCIe Host Bridge（通常是 CPU）",
-    "PXB": "经过多个 PCIe 桥（不经过 PCIe Host Bridge）",
-    "PIX": "最多经过一个 PCIe 桥",
-    "NV#": "经过 # 条捆绑在一起的 NVLink",
-}
+# The codes of nvidia-smi's own legend (nvidia-smi topo -m); their meanings are in messages/<lang>.yml
+# (topo.legend), used when the text does not carry its legend, and in any language but nvidia-smi's own.
+LEGEND_CODES = ("X", "SYS", "NODE", "PHB", "PXB", "PIX", "NV#")
+NVIDIA_SMI_LANG = "en"  # the language nvidia-smi prints its legend in
 
 
 @dataclass
@@ -51,13 +38,15 @@ class TopoMatrix:
 
     def meaning(self, code: str, lang: str = "en") -> str:
         """'NV18' -> 'Connection traversing a bonded set of 18 NVLinks'."""
-        table = LEGEND_ZH if lang.startswith("zh") else {**LEGEND, **self.legend}
+        table = {c: msg(lang, f"topo.legend.{c}") for c in LEGEND_CODES}
+        if catalogue_path(lang) == catalogue_path(NVIDIA_SMI_LANG):
+            table.update(self.legend)  # the text's own wording, where it carries a legend
         if code in table:
             return table[code]
         m = re.fullmatch(r"NV(\d+)", code)
         if m and "NV#" in table:
             return table["NV#"].replace("#", m[1])
-        return "unknown code" if not lang.startswith("zh") else "未知代码"
+        return msg(lang, "topo.unknown_code")
 
     def render(self, lang: str = "en") -> str:
         devs = self.devices
@@ -73,7 +62,7 @@ class TopoMatrix:
                 code = self.matrix.get((d, e))
                 if code and code not in used:
                     used.append(code)
-        lines += ["", "图例：" if lang.startswith("zh") else "Legend:"]
+        lines += ["", msg(lang, "topo.legend_title")]
         lines += [f"  {code:<5}= {self.meaning(code, lang)}" for code in used]
         if self.nic_names:
             lines += [f"  {nic}: {name}" for nic, name in self.nic_names.items()]

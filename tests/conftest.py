@@ -66,3 +66,23 @@ def site_url(built_site):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
+
+
+# Test lanes. `make check` runs what is neither slow nor gpu (< 1 min on 2 cores); `make test` adds the slow lane.
+# Slow: files whose tests execute notebooks, interpret Triton kernels, compile CUDA, start process groups or
+# build the site. GPU: tests skipped without CUDA (their skip reason says so); the GPU workflow runs `pytest -m gpu`.
+SLOW_FILES = {"test_browser.py", "test_notebooks.py", "test_site.py", "test_new_question.py", "test_gpu_run.py",
+              "test_inference_serving.py", "test_inference_paged_kv.py", "test_inference_mma.py", "test_moe.py",
+              "test_fusion.py", "test_fusion_cases.py", "test_gemm.py", "test_kernel_agent.py",
+              "test_nccl_busbw.py", "test_nccl_doctor.py", "test_nccl_messages.py", "test_nccl_info.py"}
+_GPU_WORDS = ("GPU", "CUDA", "Hopper", "sm_90")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+        for mark in item.iter_markers("skipif"):
+            reason = mark.kwargs.get("reason", "")
+            if any(w in reason for w in _GPU_WORDS) and "nvcc" not in reason:
+                item.add_marker(pytest.mark.gpu)

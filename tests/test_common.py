@@ -60,16 +60,6 @@ def test_bench_ms_measures_time():
     assert 9 < ms < 200
 
 
-def test_recorded_tables_render_both_languages():
-    data = {"metrics": {"a_gbps": 4321.0}, "labels": {"a_gbps": {"unit": "GB/s", "zh": "带宽", "en": "Bandwidth"}},
-            "device": {"name": "NVIDIA H200", "count": 1, "driver": "580", "cuda": "13.0", "torch": "2.11",
-                       "triton": "3.6.0"}, "executed_at": "2026-11-30T00:00:00Z", "lab_mode": "full"}
-    assert "| 带宽 | 4,321 GB/s |" in recorded.metrics_table(data, "zh")
-    assert "| Bandwidth | 4,321 GB/s |" in recorded.metrics_table(data, "en")
-    assert "NVIDIA H200" in recorded.provenance(data, "en", fresh=False)
-    assert "stale" in recorded.provenance(data, "en", fresh=False)
-
-
 @pytest.mark.parametrize("have, need, ok", [
     (None, None, True), (None, "8.0", False), ((7, 5), "8.0", False), ((8, 0), "8.0", True),
     ((9, 0), "8.0", True), ((9, 0), "9.0a", True), ((10, 0), "9.0a", False), ((8, 9), "9.0a", False),
@@ -102,13 +92,6 @@ def test_metric_is_displayed_machine_readable_under_ipython(fresh_record, monkey
     record.metric("x_gbps", 1234.5678, "GB/s", zh="带宽", en="Bandwidth")
     assert shown == [({"application/vnd.kb.metric+json": {"name": "x_gbps", "value": 1234.5678, "unit": "GB/s"},
                        "text/plain": "Bandwidth: 1235 GB/s"}, True)]
-
-
-def test_recorded_data_tables_are_collapsible_markdown():
-    data = {"tables": {"sweep": {"columns": ["bytes", "GB/s"], "rows": [[1048576.0, 431.16], [2.0, 0.5]],
-                                 "zh": "扫描", "en": "Sweep"}}}
-    md = recorded.data_tables(data, "en")
-    assert md.startswith('??? info "Sweep"') and "    | 1,048,576 | 431.2 |" in md and "    | 2 | 0.5 |" in md
 
 
 # ---------------------------------------------------------------- snippets/common/timing.py and checks.py

@@ -38,9 +38,10 @@ def test_glossary_wraps_the_first_use_only_and_leaves_code_and_links_alone():
 
 
 def test_glossary_page_gets_the_full_table():
-    glossary = load("glossary")
-    md = glossary.on_page_markdown("# 术语表\n\n<!-- glossary -->\n", page("glossary.md"), config(), None)
-    assert md.count("\n| ") == len(glossary.TERMS) + 2 and "| 全归约 | all-reduce |" in md
+    from kb.glossary import terms
+    hook = load("shortcodes")
+    md = hook.on_page_markdown("# 术语表\n\n<!-- glossary -->\n", page("glossary.md"), config(), None)
+    assert md.count("\n| ") == len(terms()) + 2 and "| 全归约 | all-reduce |" in md
 
 
 def test_front_matter_hook_names_the_file(tmp_path):
@@ -57,13 +58,14 @@ def test_front_matter_hook_names_the_file(tmp_path):
 
 
 def test_lab_cards_replace_the_marker():
-    hook = load("lab_cards")
+    hook = load("shortcodes")
     md = "## 实验\n\n<!-- lab-cards -->\n"
     none = hook.on_page_markdown(md, page("moe/x.md", {"labs": []}), config(), None)
     assert "<!-- lab-cards -->" not in none and "尚未发布" in none
-    card = hook.on_page_markdown(md, page("kernels/x.md", {"labs": ["notebooks/00-gpu-ceilings.ipynb"]}),
-                                 config("en"), None)
+    card = hook.on_page_markdown(md + "<!-- metric 00-gpu-ceilings copy_bandwidth_gbps -->",
+                                 page("kernels/x.md", {"labs": ["notebooks/00-gpu-ceilings.ipynb"]}), config("en"), None)
     assert "(../labs/00-gpu-ceilings.ipynb)" in card and "Open in Colab" in card
+    assert "Where this page's measured numbers come from" in card and "commit" in card
     with pytest.raises(PluginError, match="99-missing"):
         hook.on_page_markdown(md, page("kernels/x.md", {"labs": ["notebooks/99-missing.ipynb"]}), config(), None)
 
@@ -83,21 +85,26 @@ def test_vendor_assets_refuse_to_build_without_node_modules(monkeypatch, tmp_pat
         hook.on_files([], SimpleNamespace())
 
 
-def test_metric_refs_quote_the_recorded_value_and_fail_on_unknown_names():
-    import json
+def test_metric_shortcodes_quote_the_verified_value_and_fail_on_unknown_names():
+    from kb.results import result_for
 
-    refs = load("metric_refs")
-    data = json.loads((ROOT / "results/nvidia-h200/00-gpu-ceilings.json").read_text())
-    copy = data["metrics"]["copy_bandwidth_gbps"]
-    md = refs.on_page_markdown("拷贝 <!-- metric 00-gpu-ceilings copy_bandwidth_gbps -->，比例 "
+    hook = load("shortcodes")
+    result = result_for("00-gpu-ceilings")
+    copy = result.data["metrics"]["copy_bandwidth_gbps"]
+    md = hook.on_page_markdown("拷贝 <!-- metric 00-gpu-ceilings copy_bandwidth_gbps -->，比例 "
                                "<!-- metric 00-gpu-ceilings ridge_point_flop_per_byte -->。",
                                page("kernels/x.md"), config(), None)
-    assert f"[{copy:,.0f} GB/s](../labs/00-gpu-ceilings.ipynb \"NVIDIA H200 · {data['executed_at'][:10]}\")" in md
-    assert "<!--" not in md
-    pct = refs.on_page_markdown("<!-- metric 00-gpu-ceilings ridge_point_flop_per_byte % -->", page("a/b/c.md"),
+    assert f"[{copy:,.0f} GB/s](../labs/00-gpu-ceilings.ipynb \"NVIDIA H200" in md and result.commit[:10] in md
+    assert "<!--" not in md and "kb-flag" not in md
+    pct = hook.on_page_markdown("<!-- metric 00-gpu-ceilings ridge_point_flop_per_byte % -->", page("a/b/c.md"),
                                 config(), None)
-    assert pct.startswith(f"[{data['metrics']['ridge_point_flop_per_byte'] * 100:.3g}%](../../labs/")
+    assert pct.startswith(f"[{result.data['metrics']['ridge_point_flop_per_byte'] * 100:.3g}%](../../labs/")
+    legacy = hook.on_page_markdown("<!-- metric 06-moe-rl " + next(iter(result_for("06-moe-rl").data["metrics"]))
+                                   + " -->", page("moe/x.md"), config("en"), None)
+    assert 'class="kb-flag">stale</span>' in legacy, "a stale result must say so beside the number"
     for bad, why in [("<!-- metric 00-gpu-ceilings no_such_metric -->", "no metric 'no_such_metric'"),
-                     ("<!-- metric 99-missing copy_bandwidth_gbps -->", "there is no notebooks/99-missing.ipynb")]:
+                     ("<!-- metric 99-missing copy_bandwidth_gbps -->", "there is no notebooks/99-missing.ipynb"),
+                     ("<!-- metric 00-gpu-ceilings copy_bandwidth_gbps gpu=nvidia-a100 -->", "no verified result"),
+                     ("<!-- metric 00-gpu-ceilings -->", "kernels/x.md:1")]:
         with pytest.raises(PluginError, match=why):
-            refs.on_page_markdown(bad, page("kernels/x.md"), config(), None)
+            hook.on_page_markdown(bad, page("kernels/x.md"), config(), None)

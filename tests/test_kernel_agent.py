@@ -13,6 +13,7 @@ from snippets.kernel_agent.loop import LLMProposer, ScriptedProposer, run_loop
 from snippets.kernel_agent.sandbox import Limits
 from snippets.kernel_agent.spec import TASKS
 
+
 SOFTMAX = TASKS["softmax"]
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from snippets.nccl import busbw
 
+
 SMALL = [8, 256, 4096]
 
 

@@ -12,6 +12,7 @@ from snippets.nccl import doctor, flight_recorder
 from snippets.nccl.launch import Job
 from snippets.nccl.scenarios import SCENARIOS
 
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"
 GLOO = [name for name, s in SCENARIOS.items() if "gloo" in s.backends]

@@ -14,6 +14,7 @@ import pytest
 from snippets.nccl import doctor, messages, topo
 from snippets.nccl.messages import MessageError, catalogue, msg, msgs
 
+
 ROOT = Path(__file__).resolve().parents[1]
 NCCL = ROOT / "snippets" / "nccl"
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"

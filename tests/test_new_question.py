@@ -6,6 +6,7 @@ from pathlib import Path
 
 from conftest import mkdocs_build
 
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -7,6 +7,7 @@ import pytest
 from kb.gpu_run import execute
 from kb.labs import lab_meta
 
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

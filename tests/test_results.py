@@ -16,27 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "results"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-# Recorded before commits were kept, and not re-run since: they fail verification (commit) until `make gpu-run`
-# re-runs them on the H200. Whoever re-runs one removes it here (the test below fails once one verifies).
-PENDING_RERUN = {"00-gpu-ceilings", "02-kernel-fusion", "03-paged-kv-cache", "04-inference-serving",
-                 "05-warp-specialized-gemm", "07-kernel-agent-harness"}
-# Stale since snippets/common/record.py learnt to write machine-readable metrics (every lab imports it) and
-# notebooks 01/05/06 moved from run_or_show to unmet + kb.results.show. 01 and 06 need two GPUs to re-run.
-STALE_UNTIL_RERUN = PENDING_RERUN | {"01-nccl-timeout-lab", "06-moe-rl"}
+# Recorded on two H200s before commits were kept (results/legacy.yml), and stale since the code they import
+# moved on; re-running them needs two GPUs. Whoever re-runs one removes it here (the tests below then fail).
+STALE_UNTIL_RERUN = {"01-nccl-timeout-lab", "06-moe-rl"}
 LEGACY = {"01-nccl-timeout-lab", "06-moe-rl"}
 
 
 # The real results.
 
-def test_real_results_verify_except_those_pending_a_rerun():
-    failing = {}
-    for problem in results.problems():
-        name = problem.split(":", 1)[0]
-        failing[Path(name).stem] = problem
-    assert set(failing) == PENDING_RERUN, (
-        "expected exactly the results pending a re-run to fail verification; if one was re-run, remove it from "
-        f"PENDING_RERUN: {failing}")
-    assert all("commit" in p for p in failing.values()), failing
+def test_every_real_result_verifies():
+    assert results.problems() == []
 
 
 @pytest.mark.parametrize("stem", sorted(LEGACY))
@@ -52,7 +41,7 @@ def test_published_lab_has_a_fresh_gpu_result(path):
         pytest.skip(f"{path.name} is not published yet (metadata.kb.published is false)")
     files = sorted(REAL.glob(f"*/{path.stem}.json"))
     assert files, f"{path.name}: published but results/ has no GPU result: run `make gpu-run`"
-    result = results.newest_result(path.stem)
+    result = results.result_for(path.stem)
     if path.stem in STALE_UNTIL_RERUN:
         assert not result.fresh, f"{path.stem} is fresh again: remove it from STALE_UNTIL_RERUN"
         return

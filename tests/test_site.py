@@ -12,6 +12,7 @@ from kb.labs import colab_url
 from kb.results import result_for
 from conftest import mkdocs_build
 
+
 ROOT = Path(__file__).resolve().parents[1]
 LAB = "notebooks/00-gpu-ceilings.ipynb"  # linked from the kernel pages
 
@@ -137,7 +138,6 @@ def test_tags_pages_list_every_question_in_their_language(built_site):
             assert f'href="{slug}"' in html, f"{tags_page}: no link to {slug}"
             for tag in meta["tags"]:
                 assert f">{tag}</span>" in html, f"{tags_page}: tag {tag} missing"
-
 
 
 def test_search_dictionary_keeps_every_chinese_term_whole(built_site):

@@ -20,7 +20,8 @@ SCHEMA = json.loads((ROOT / "schemas/front_matter.schema.json").read_text(encodi
 VOCAB = yaml.safe_load((ROOT / "schemas/vocabulary.yml").read_text(encoding="utf-8"))
 LAB_MARKER = "<!-- lab-cards -->"
 _INCLUDE = re.compile(r'^\s*--8<-- "([^":]+)(?::[^"]*)?"', re.M)
-_IMPORT = re.compile(r"^\s*(?:from\s+(snippets(?:\.\w+)+)\s+import\s+\(?([\w\s,]+)\)?|import\s+(snippets(?:\.\w+)+))", re.M)
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(snippets(?:\.\w+)+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)"
+                     r"|import[ \t]+(snippets(?:\.\w+)+))", re.M)
 CODE_LANGS = {"python", "py", "cuda", "cpp", "c++", "c", "cu"}
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+.-]*)[^\n]*\n(.*?)^\1\s*$", re.M | re.S)
 
@@ -102,7 +103,8 @@ def notebook_modules(notebook: Path) -> set[str]:
             found.add(m.group(3))
         else:
             found.add(m.group(1))
-            found |= {f"{m.group(1)}.{name.strip()}" for name in m.group(2).split(",") if name.strip()}
+            names = (item.split()[0] for item in m.group(2).strip("() \n").split(",") if item.split())
+            found |= {f"{m.group(1)}.{name}" for name in names}
     return found
 
 
@@ -117,8 +119,8 @@ def labs_importing() -> dict[str, list[str]]:
 
 def _module_of(include: str) -> str | None:
     path = include if include.startswith("snippets/") else f"snippets/{include}"
-    if not path.endswith(".py"):
-        return None
+    if not path.endswith(".py") or path.startswith("snippets/common/"):
+        return None  # not Python, or shared by every lab rather than the code of one
     return path[:-3].replace("/", ".").removesuffix(".__init__")
 
 
@@ -136,6 +138,29 @@ def check_uses(meta: dict, body: str, where: str) -> None:
             line = body.count("\n", 0, inc.start()) + 1
             raise PageError(f"{where}:{line}: includes {inc.group(1)}, code of {' or '.join(labs)}, "
                             f"which its front matter `labs:` does not list")
+
+
+def check_quotes(body: str, where: str) -> None:
+    """Every quoted metric comes from a verified, fresh result (a legacy one is shown as such)."""
+    from kb.labs import LabError
+    from kb.results import result_for
+
+    for m in markers.find(body, where):
+        if m.name != "metric":
+            continue
+        name, gpu = m.args[1], m.options.get("gpu")
+        try:
+            result = result_for(m.lab, gpu)
+        except LabError as e:
+            raise PageError(f"{where}:{m.line}: quotes {name} from a result that does not verify: {e}") from e
+        if result is None:
+            raise PageError(f"{where}:{m.line}: quotes {name}, but {m.lab} has no result for GPU "
+                            f"{gpu or 'nvidia-h200 (the default)'}: run `make gpu-run`")
+        if name not in result.data["metrics"]:
+            raise PageError(f"{where}:{m.line}: {result.path.name} has no metric {name!r}")
+        if not result.fresh and not result.legacy:
+            raise PageError(f"{where}:{m.line}: quotes {name} from a stale result (results/{result.gpu}/"
+                            f"{result.path.name}; changed since: {', '.join(result.stale[:3])}): re-run the lab")
 
 
 def check_prose(body: str, lang: str, where: str) -> None:
@@ -172,8 +197,13 @@ def check_page(path: Path, docs: Path | None = None) -> dict:
     meta, body = split_front_matter(text, where)
     body = "\n" * text[:len(text) - len(body)].count("\n") + body  # line numbers stay those of the file
     check_meta(meta, lang, where)
+    try:
+        markers.find(body, where)
+    except markers.MarkerError as e:
+        raise PageError(str(e)) from e
     check_body(body, lang, where)
     check_uses(meta, body, where)
+    check_quotes(body, where)
     check_prose(body, lang, where)
     twin = docs / twin_of(src_uri)
     if not twin.is_file():

@@ -112,3 +112,47 @@ def test_english_twin_must_translate_tags(docs):
 def test_missing_twin(docs):
     (docs / "kernels/q.en.md").unlink()
     _fails(docs / "kernels/q.md", docs, "twin", "missing")
+
+
+# What a page uses must be what it lists, and what it quotes must be verified and fresh.
+
+def test_quoting_a_lab_it_does_not_list(docs):
+    _edit(docs / "kernels/q.md", "## 实验\n", "## 实验\n\n见 <!-- metric 04-inference-serving spec_decode_speedup -->。\n")
+    _fails(docs / "kernels/q.md", docs, "quotes <!-- metric 04-inference-serving spec_decode_speedup -->",
+           "notebooks/04-inference-serving.ipynb", "does not list")
+
+
+def test_including_a_labs_snippet_it_does_not_list(docs):
+    _edit(docs / "kernels/q.md", "## 实验\n", '## 实验\n\n```python\n--8<-- "inference/paged_kv/attention.py:launch"\n```\n')
+    _fails(docs / "kernels/q.md", docs, "includes inference/paged_kv/attention.py,",
+           "notebooks/03-inference-paged-kv.ipynb")
+
+
+def test_a_malformed_shortcode_names_the_line(docs):
+    _edit(docs / "kernels/q.md", "## 实验\n", "## 实验\n\n<!-- metric 02-kernel-fusion -->\n")
+    _fails(docs / "kernels/q.md", docs, "wants <!-- metric NN-lab-stem metric_name")
+
+
+def test_a_number_typed_into_prose_needs_a_citation(docs):
+    _edit(docs / "kernels/q.md", "## 实验\n", "## 实验\n\nH200 的拷贝带宽是 4,800 GB/s。\n")
+    _fails(docs / "kernels/q.md", docs, "measured-looking", "'4,800 GB/s'")
+
+
+def test_quoting_a_stale_result_fails(docs, tmp_path, monkeypatch):
+    from kb import results
+
+    copy = tmp_path / "results"
+    shutil.copytree(ROOT / "results", copy)
+    data = (copy / "nvidia-h200/02-kernel-fusion.json").read_text()
+    first_hash = re.search(r'"snippets/fusion/add_layernorm.py": "([0-9a-f]{64})"', data).group(1)
+    (copy / "nvidia-h200/02-kernel-fusion.json").write_text(data.replace(first_hash, "0" * 64))
+    monkeypatch.setattr(results, "RESULTS", copy)
+    _edit(docs / "kernels/q.md", "## 实验\n", "## 实验\n\n<!-- metric 02-kernel-fusion add_layernorm_fwd_speedup_vs_eager -->\n")
+    _fails(docs / "kernels/q.md", docs, "from a stale result", "snippets/fusion/add_layernorm.py")
+
+
+def test_quoting_a_metric_the_result_lacks_or_a_gpu_without_results(docs):
+    _edit(docs / "kernels/q.md", "## 实验\n", "## 实验\n\n<!-- metric 02-kernel-fusion no_such_metric -->\n")
+    _fails(docs / "kernels/q.md", docs, "has no metric 'no_such_metric'")
+    _edit(docs / "kernels/q.md", "no_such_metric", "add_layernorm_fwd_speedup_vs_eager gpu=nvidia-a100")
+    _fails(docs / "kernels/q.md", docs, "has no result for GPU nvidia-a100")

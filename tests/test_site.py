@@ -99,7 +99,10 @@ def fixture_site(tmp_path):
     (docs / "index.md").write_text("# 首页\n")
     (docs / "index.en.md").write_text("# Home\n")
     config = ROOT / f".fixture-mkdocs-{tmp_path.name}.yml"
-    config.write_text(f"INHERIT: mkdocs.yml\ndocs_dir: {docs}\nnav: [index.md, page.md]\n")
+    (docs / "labs").mkdir()  # the target of mkdocs.yml's redirect must exist
+    (docs / "labs/03-inference-paged-kv.ipynb").symlink_to(ROOT / "notebooks/03-inference-paged-kv.ipynb")
+    config.write_text(f"INHERIT: mkdocs.yml\ndocs_dir: {docs}\n"
+                      "nav: [index.md, page.md, labs/03-inference-paged-kv.ipynb]\n")
     yield config, docs / "page.md", tmp_path / "site"
     config.unlink()
 
@@ -142,16 +145,47 @@ def test_tags_pages_list_every_question_in_their_language(built_site):
 
 def test_search_dictionary_keeps_every_chinese_term_whole(built_site):
     """jieba alone splits 全归约 into 全 + 归约, and a search for the term then ranks pages by how often they
-    say 归约 (reduction); schemas/search_dict.txt keeps every Chinese glossary term and tag one token."""
+    say 归约 (reduction); hooks/search_terms.py adds every Chinese glossary term, tag and topic as one word."""
     import yaml
 
-    words = {line.split()[0] for line in (ROOT / "schemas/search_dict.txt").read_text(encoding="utf-8").splitlines()
-             if line.strip()}
+    from kb.search_terms import chinese_terms
+
+    words = set(chinese_terms())
     terms = [t["zh"] for t in yaml.safe_load((ROOT / "schemas/glossary.yml").read_text(encoding="utf-8"))]
     terms += list(yaml.safe_load((ROOT / "schemas/vocabulary.yml").read_text(encoding="utf-8"))["tags"])
     missing = [t for t in terms if " " not in t and re.search(r"[\u4e00-\u9fff]", t) and t not in words]
-    assert not missing, f"add to schemas/search_dict.txt: {missing}"
+    assert not missing, f"kb/search_terms.py leaves out {missing}"
     docs = json.loads((built_site / "search/search_index.json").read_text())["docs"]
     text = "\n".join(d["text"] for d in docs if d["location"].startswith("distributed/nccl-timeout/"))
     for word in ["全归约", "集合通信"]:
         assert re.search(rf"(^|[\s\u200b]){word}([\s\u200b]|$)", text), f"{word} is split in the index"
+
+
+def test_old_lab_urls_redirect_in_both_languages(built_site):
+    for prefix in ("", "en/"):
+        html = (built_site / f"{prefix}labs/03-paged-kv-cache/index.html").read_text()
+        assert "url=../03-inference-paged-kv/" in html, f"/{prefix}labs/03-paged-kv-cache/ does not redirect"
+
+
+def test_question_pages_show_where_their_numbers_come_from(built_site):
+    from kb.results import result_for
+
+    commit = result_for("03-inference-paged-kv").commit[:10]
+    zh = (built_site / "inference/llm-inference-optimizations/index.html").read_text()
+    en = (built_site / "en/inference/llm-inference-optimizations/index.html").read_text()
+    assert "本页实测数字的来源" in zh and f"提交 {commit}" in zh
+    assert "Where this page&rsquo;s measured numbers come from" in en or "Where this page's measured numbers" in en
+    moe = (built_site / "en/moe/moe-in-rl/index.html").read_text()
+    assert 'class="kb-flag">stale</span>' in moe, "numbers from a stale legacy result must say so beside them"
+
+
+def test_chinese_sentences_on_their_own_lines_join_without_a_space(built_site):
+    html = (built_site / "kernels/fusion-slowdown/index.html").read_text()
+    body = re.sub(r"<pre\b.*?</pre>", "", html, flags=re.S)
+    assert not re.search(r"。\n[^\s<]", body), "a line break after 。 would show as a space"
+
+
+def test_english_navigation_comes_from_the_string_catalogue(built_site):
+    html = (built_site / "en/index.html").read_text()
+    tabs = re.findall(r'class="md-tabs__link[^"]*"[^>]*>\s*([^<]+?)\s*<', html)
+    assert "Labs" in tabs and "Inference" in tabs and "实验" not in tabs

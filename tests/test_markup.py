@@ -204,3 +204,68 @@ def test_md_text_is_the_same_text_after_markdown():
     for s in [PLANT, "a\\b", "x\n  y", "&amp;", "<!-- c -->", "[^1]", "**b**", "~~s~~"]:
         tree = safe(md(f"| {render.md_text(s)} |\n| --- |\n| {render.md_text(s)} |\n"))
         assert tree.rows == [1, 1] and [t for t in tree.text if t.strip()] == [plain(s), plain(s)]
+
+
+# The real build over a small docs folder: the planted title, glossary entry and result reach the HTML as text.
+
+TITLE = 'What is "C#": a | b & c\'s #1, `x` $y$?'
+
+
+def _typed(text: str) -> str:
+    """How an author types text with markup characters in prose: backslash escapes, & < > as references."""
+    return re.sub(r"([\\`*_{}\[\]#+!|$])", r"\\\1", html.escape(text, quote=False))
+
+
+@pytest.mark.slow
+def test_planted_title_glossary_term_and_result_build_as_text(tmp_path, monkeypatch, planted, planted_glossary):
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    from kb.new_question import page
+
+    docs = tmp_path / "docs"
+    (docs / "kernels").mkdir(parents=True)
+    (docs / "labs").mkdir()
+    (docs / "index.md").write_text("# 首页\n")
+    (docs / "index.en.md").write_text("# Home\n")
+    (docs / "glossary.md").write_text("# 术语表\n\n<!-- glossary -->\n")
+    shutil.copy(ROOT / LAB, docs / "labs/00-gpu-ceilings.ipynb")
+    used = {"zh": planted_glossary["zh"], "en": planted_glossary["en"]}
+    for lang, suffix, tag in (("zh", ".md", "GPU 架构"), ("en", ".en.md", "GPU architecture")):
+        text = page(lang, TITLE, [tag], "进阶" if lang == "zh" else "Intermediate", [LAB])
+        quoted = f"<!-- metric 00-gpu-ceilings copy_bandwidth_gbps gpu={planted.gpu} -->"
+        plant = f"{_typed(used[lang])} here.\n\n| a | b |\n| --- | --- |\n| {quoted} | c |\n"
+        head = "\n## 深入解析\n\n" if lang == "zh" else "\n## Deep dive\n\n"
+        assert head in text
+        (docs / f"kernels/planted{suffix}").write_text(text.replace(head, head + plant + "\n"), encoding="utf-8")
+    config = ROOT / f".fixture-mkdocs-{tmp_path.name}.yml"
+    config.write_text(f"INHERIT: mkdocs.yml\ndocs_dir: {docs}\n"
+                      "nav: [index.md, kernels/planted.md, labs/00-gpu-ceilings.ipynb, glossary.md]\n")
+    site = tmp_path / "site"
+    try:
+        cfg = load_config(str(config), site_dir=str(site))
+        cfg.plugins["redirects"].config["redirect_maps"] = {}  # its target lab is not in this docs folder
+        build(cfg)  # strict (mkdocs.yml): any warning aborts
+    finally:
+        config.unlink()
+    for lang, prefix in (("zh", ""), ("en", "en/")):
+        out = (site / f"{prefix}kernels/planted/index.html").read_text(encoding="utf-8")
+        assert "<script>alert" not in out and "alert(1)</script>" not in out
+        tree = Tree(out)
+        text = "".join(tree.text)
+        assert TITLE in text, "the page title"
+        assert [m for m in re.findall(r"<h1[^>]*>(.*?)</h1>", out, re.S) if html.unescape(m).strip() == TITLE]
+        titles = {v for k, v in tree.attrs if k == "title"}
+        tip = f"{plain(planted_glossary['zh'])} / {plain(planted_glossary['en'])}: {plain(planted_glossary[lang + '_def'])}"
+        assert tip in titles, "the glossary tooltip"
+        assert render.provenance(planted, lang) in titles, "the quoted metric's link title"
+        assert text.count(plain(PLANT)) >= 5, "device name, labels, units and table as text"
+    gloss = (site / "glossary/index.html").read_text(encoding="utf-8")
+    assert "<script>alert" not in gloss
+    rows = re.findall(r"<tr>(.*?)</tr>", gloss, re.S)
+    assert len(rows) == 2 and all(r.count("<td") + r.count("<th") == 3 for r in rows)
+    assert plain(planted_glossary["zh_def"]) in html.unescape(rows[1])
+    lab = (site / "labs/00-gpu-ceilings/index.html").read_text(encoding="utf-8")
+    assert "<script>alert" not in lab
+    banner = re.search(r'<p class="kb-provenance[^>]*>(.*?)</p>', lab, re.S).group(1)
+    assert "<" not in banner and plain(planted.data["device"]["name"]) in html.unescape(banner)

@@ -256,7 +256,8 @@ def test_planted_title_glossary_term_and_result_build_as_text(tmp_path, monkeypa
         assert TITLE in text, "the page title"
         assert [m for m in re.findall(r"<h1[^>]*>(.*?)</h1>", out, re.S) if html.unescape(m).strip() == TITLE]
         titles = {v for k, v in tree.attrs if k == "title"}
-        tip = f"{plain(planted_glossary['zh'])} / {plain(planted_glossary['en'])}: {plain(planted_glossary[lang + '_def'])}"
+        g = planted_glossary
+        tip = f"{plain(g['zh'])} / {plain(g['en'])}: {plain(g[lang + '_def'])}"
         assert tip in titles, "the glossary tooltip"
         assert render.provenance(planted, lang) in titles, "the quoted metric's link title"
         assert text.count(plain(PLANT)) >= 5, "device name, labels, units and table as text"

@@ -52,8 +52,16 @@ gpu-run: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)  ## on a GPU machine:
 gpu-manifest: setup  ## write .device/manifest.txt (git ls-files -s at HEAD) and print the commit; needs a clean tree
 	$(BIN)/python -m kb.manifest
 
-new-question: setup  ## scaffold a question page (SECTION=kernels SLUG=my-question [LAB=1])
-	$(BIN)/python -m kb.new_question --section "$(SECTION)" --slug "$(SLUG)" $(if $(LAB),--lab)
+# The scaffolder's variables reach it through the environment as typed ($(value ...), no shell, no
+# make expansion); unexport keeps make from expanding the originals into every recipe's environment.
+unexport SECTION SLUG TITLE TITLE_EN LAB
+new-question: export KB_SECTION := $(value SECTION)
+new-question: export KB_SLUG := $(value SLUG)
+new-question: export KB_TITLE := $(value TITLE)
+new-question: export KB_TITLE_EN := $(value TITLE_EN)
+new-question: export KB_LAB := $(value LAB)
+new-question: setup  ## scaffold a question page: SECTION=kernels SLUG=my-question [TITLE="…？" TITLE_EN="…?"] [LAB=1]
+	$(BIN)/python -m kb.new_question --from-env
 
 clean:  ## remove the built site and caches
 	rm -rf site .cache test-artifacts

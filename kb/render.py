@@ -14,6 +14,20 @@ from kb.results import Result, result_for
 from kb.strings import t
 
 
+# Text from data (device names, labels, units, column names, titles) goes into Markdown that becomes HTML.
+# Besides the HTML characters, every character a Markdown or pymdownx inline pattern starts from is written
+# as a character reference, so no code span, emphasis, link, math ($), table column (|) or attribute list
+# can begin inside it, and it reads the same in Markdown, in raw HTML and in a "..." link title.
+_MD_SAFE = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+                          **{c: f"&#{ord(c)};" for c in "\\`*_[]{}|$~^"}})
+
+
+def md_text(text) -> str:
+    """Data as literal text anywhere in Markdown or HTML (a table cell, a link text or title, an admonition
+    title, a raw-HTML element or attribute): one line, no markup."""
+    return " ".join(str(text).split()).translate(_MD_SAFE)
+
+
 def fmt(v) -> str:
     if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
         return f"{int(v):,}"  # sizes and shapes: 8,192 rather than 8192.0
@@ -54,7 +68,7 @@ def metrics_table(result: Result, lang: str) -> str:
     lines = [f"| {t(lang, 'metric')} | {t(lang, 'value')} |", "| --- | ---: |"]
     for name, value in data["metrics"].items():
         label = data["labels"][name]
-        lines.append(f"| {_cell(label.get(lang, name))} | {fmt(value)} {_cell(label.get('unit', ''))} |")
+        lines.append(f"| {md_text(label.get(lang, name))} | {fmt(value)} {md_text(label.get('unit', ''))} |")
     return "\n".join(lines)
 
 
@@ -62,18 +76,12 @@ def data_tables(result: Result, lang: str) -> str:
     """Every recorded table (a sweep over sizes, say) as a collapsible Markdown block."""
     blocks = []
     for table in result.data.get("tables", {}).values():
-        head = "| " + " | ".join(_cell(c) for c in table["columns"]) + " |"
+        head = "| " + " | ".join(md_text(c) for c in table["columns"]) + " |"
         rule = "| " + " | ".join("---:" for _ in table["columns"]) + " |"
-        rows = ["| " + " | ".join(_cell(fmt(v)) for v in row) + " |" for row in table["rows"]]
+        rows = ["| " + " | ".join(md_text(fmt(v)) for v in row) + " |" for row in table["rows"]]
         body = "\n".join("    " + line for line in [head, rule, *rows])
-        title = table[lang].replace('"', "'")
-        blocks.append(f'??? info "{html.escape(title, quote=False)}"\n\n{body}\n')
+        blocks.append(f'??? info "{md_text(table[lang])}"\n\n{body}\n')
     return "\n".join(blocks)
-
-
-def _cell(text: str) -> str:
-    """Text from data, safe inside a Markdown table cell: no raw HTML, no column breaks."""
-    return html.escape(str(text), quote=False).replace("|", "\\|")
 
 
 def _badges(notebook: str, lang: str) -> str:
@@ -88,7 +96,7 @@ def banner(result: Result | None, lang: str) -> str:
         return f'<p class="kb-provenance kb-none">{t(lang, "no_result")}</p>'
     css = "kb-fresh" if result.fresh and not result.legacy else "kb-stale"
     return (f'<p class="kb-provenance {css}">{t(lang, "gpu_result")}: '
-            f'{html.escape(provenance(result, lang))}</p>')
+            f'{md_text(provenance(result, lang))}</p>')
 
 
 def lab_header(notebook: str, result: Result | None, lang: str) -> str:
@@ -105,7 +113,7 @@ def lab_card(notebook: str, lang: str, page_dir: str) -> str:
     title = title_zh(nb) if lang == "zh" else lab_meta(ROOT / notebook, nb).title_en
     result = result_for(notebook)
     parts = ['<div class="kb-lab-card" markdown>', "",
-             f"**[{html.escape(title, quote=False)}]({lab_link(notebook, page_dir)})**", "",
+             f"**[{md_text(title)}]({lab_link(notebook, page_dir)})**", "",
              _badges(notebook, lang), "", banner(result, lang), ""]
     if result is not None:
         parts += [metrics_table(result, lang), "", data_tables(result, lang)]
@@ -129,11 +137,10 @@ def quote(marker: Marker, lang: str, page_dir: str, default_gpu: str | None = No
         text = f"{value * 100:.3g}%"
     else:
         text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"  # 4,267 GB/s; 1.97×; 0.933
-        text += unit if unit == "×" else f" {unit}" if unit else ""
-    title = html.escape(provenance(result, lang), quote=True)
-    out = f'[{text}]({lab_link(marker.lab, page_dir)} "{title}")'
+        text += md_text(unit) if unit == "×" else f" {md_text(unit)}" if unit else ""
+    out = f'[{text}]({lab_link(marker.lab, page_dir)} "{md_text(provenance(result, lang))}")'
     if "gpu" in marker.options:
-        out += f" ({html.escape(result.data['device']['name'])})"
+        out += f" ({md_text(result.data['device']['name'])})"
     if not result.fresh:
         out += f' <span class="kb-flag">{t(lang, "quote_stale")}</span>'
     elif result.legacy:
@@ -152,6 +159,6 @@ def sources(markers_: list[Marker], lang: str, default_gpu: str | None = None) -
                 seen[(m.lab, r.gpu)] = r
     if not seen:
         return ""
-    items = "\n".join(f"- `{Path(lab).stem}`: {html.escape(provenance(r, lang), quote=False)}"
+    items = "\n".join(f"- `{Path(lab).stem}`: {md_text(provenance(r, lang))}"
                       for (lab, _), r in sorted(seen.items()))
     return f'??? note "{t(lang, "sources")}"\n\n' + "\n".join("    " + ln for ln in items.splitlines()) + "\n"

@@ -27,18 +27,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from kb.lab_cells import ENV_CELL, setup_cell  # noqa: E402
-from kb.pages import LAB_MARKER, SCHEMA, VOCAB  # noqa: E402
+from kb.pages import SCHEMA, VOCAB  # noqa: E402
 from kb.strings import t  # noqa: E402
-
-BODY = {
-    "zh": ["一段话的简答。", "三分钟内要讲清楚的要点。", "机制、数字与出处。",
-           "本题实验测量的内容。\n\n" + LAB_MARKER, "| 误区 | 纠正 |\n| --- | --- |\n| （待补充） | （附出处） |",
-           '??? question "面试官接着会问什么？"\n    （待补充）', "1. （出处：标题、作者、链接）"],
-    "en": ["A one-paragraph answer.", "What to say in three minutes.", "Mechanism, numbers and sources.",
-           "What this question's lab measures.\n\n" + LAB_MARKER,
-           "| Mistake | Correction |\n| --- | --- |\n| (to do) | (with a citation) |",
-           '??? question "What does the interviewer ask next?"\n    (to do)', "1. (source: title, author, link)"],
-}
 
 PARAMS = '''LAB_MODE = os.environ.get("LAB_MODE", "full" if DEVICE == "cuda" else "smoke")
 N = {"smoke": 1 << 16, "full": 1 << 26}[LAB_MODE]'''
@@ -65,7 +55,7 @@ def front_matter(meta: dict) -> str:
 def page(lang: str, title: str, tags: list[str], difficulty: str, labs: list[str]) -> str:
     heads = [pair[0 if lang == "zh" else 1] for pair in VOCAB["sections"]]
     front = front_matter({"title": title, "tags": list(tags), "difficulty": difficulty, "labs": list(labs)})
-    return front + "".join(f"\n## {h}\n\n{b}\n" for h, b in zip(heads, BODY[lang]))
+    return front + "".join(f"\n## {h}\n\n{b}\n" for h, b in zip(heads, t(lang, "scaffold")))
 
 
 def check_title(title: str, option: str) -> str:

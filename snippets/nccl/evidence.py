@@ -125,12 +125,19 @@ class Finding:
         return f"{show(self.path)}:{self.line}: {text}"
 
 
+GATE = re.compile("|".join(re.escape(n) for need, _ in PATTERNS.values() for n in need))  # any pattern's text
+CHECKS = [(kind, n, rx) for kind, (need, rx) in PATTERNS.items() for n in need]
+
+
 def match_line(line: str) -> tuple[str, re.Match] | None:
-    if line.lstrip().startswith("File \"") or line.startswith("{\"t\""):
+    if not GATE.search(line) or line.lstrip().startswith("File \"") or line.startswith("{\"t\""):
         return None
-    for kind, (need, rx) in PATTERNS.items():
-        if any(n in line for n in need) and (m := rx.search(line)):
-            return kind, m
+    tried = None
+    for kind, need, rx in CHECKS:
+        if kind != tried and need in line:
+            tried = kind
+            if m := rx.search(line):
+                return kind, m
     return None
 
 

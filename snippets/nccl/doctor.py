@@ -22,8 +22,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from snippets.nccl import flight_recorder as fr
-from snippets.nccl.evidence import (NETWORK_WORDS, OPTYPE, BadInput, Exit, Finding, Job, collect_jobs,
-                                    read_launcher, scan_log, show)
+from snippets.nccl import nccl_info
+from snippets.nccl.evidence import (NETWORK_WORDS, OPTYPE, TOPO_MAX_BYTES, BadInput, CollLines, Exit, Finding, Job,
+                                    Problem, collect_jobs, read_launcher, scan_log, show)
 from snippets.nccl.messages import languages, msg, msgs
 
 CLASSES = ("missing_rank", "straggler", "mismatch", "dead_rank", "network_error", "none")
@@ -37,6 +38,7 @@ class Evidence:
     findings: list[Finding]
     exits: dict[int, Exit]
     lang: str = "en"  # of the lines the doctor writes into the evidence
+    colls: CollLines = field(default_factory=CollLines)
 
     def __post_init__(self):
         self.by_rank = {d.rank: d for d in self.dumps}
@@ -59,8 +61,20 @@ def gather(job: Job, lang: str = "en") -> Evidence:
     for d in dumps:
         if exits and d.rank not in exits:
             raise BadInput(d.path, f"rank {d.rank} is not in the job of {show(job.launcher)} (ranks {sorted(exits)})")
-    findings = [f for p, r in job.logs + job.nccl_logs for f in scan_log(p, r)]
-    return Evidence(job, dumps, fr.align(dumps) if dumps else None, findings, exits, lang)
+    colls = CollLines()
+    findings = [f for p, r in job.logs + job.nccl_logs for f in scan_log(p, r, colls)]
+    _check_comm_ids(job, colls)
+    return Evidence(job, dumps, fr.align(dumps) if dumps else None, findings, exits, lang, colls)
+
+
+def _check_comm_ids(job: Job, colls: CollLines) -> None:
+    """Ranks of one job share the commId of the communicators they are in together (the default one at least)."""
+    ids = [(p, set(colls.comm_ids[p].values())) for p, _ in job.nccl_logs if colls.comm_ids.get(p)]
+    for p, mine in ids[1:]:
+        ref, theirs = ids[0]
+        if not mine & theirs:
+            raise BadInput.of(p, "another_job_commid", ids=", ".join(sorted(mine)), other=ref.name,
+                              other_ids=", ".join(sorted(theirs)))
 
 
 def _one_per_rank(dumps: list[fr.Dump]) -> list[fr.Dump]:
@@ -174,6 +188,47 @@ def from_flight_recorder(ev: Evidence) -> Diagnosis | None:
                      facts={"source": "flight_recorder", "detail": div.detail}, evidence=lines)
 
 
+def _nccl_op(name: str) -> str:
+    """NCCL's 'AllReduce' as PyTorch names it: 'all_reduce'."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()
+
+
+def from_nccl_coll(ev: Evidence) -> Diagnosis | None:
+    """NCCL_DEBUG_SUBSYS=COLL lines: the n-th collective of a communicator must be the same call on every rank."""
+    first = None
+    for comm, ranks in ev.colls.by_comm().items():
+        if len(ranks) < 2:
+            continue
+        lines = {r: seq for r, (_, seq) in ranks.items()}
+        for i in range(min(len(s) for s in lines.values())):
+            if len({s[i][0] for s in lines.values()}) > 1:
+                if first is None or i < first[1]:
+                    first = (comm, i)
+                break
+    if first is None:
+        return None
+    comm, i = first
+    ranks = ev.colls.by_comm()[comm]
+    groups: dict[int, list[int]] = {}
+    for r in sorted(ranks):
+        groups.setdefault(ranks[r][1][i][0], []).append(r)
+    ref = fr._reference({sig: rs for sig, rs in groups.items()})
+    culprits = sorted(r for sig, rs in groups.items() if sig != ref for r in rs)
+
+    def said(sig: int) -> str:
+        op, count, dt, redop, root = ev.colls.names[sig]
+        return msg(ev.lang, "doctor.evidence.coll_sig", op=op, count=count, dtype=nccl_info.DATATYPES.get(dt, dt),
+                   redop=nccl_info.REDOPS.get(redop, redop), root=root)
+    detail = " vs ".join(f"rank {rs[0] if len(rs) == 1 else rs}: {said(sig)}" for sig, rs in groups.items())
+    shown, hidden = _some(ranks, culprits)
+    lines = [msg(ev.lang, "doctor.evidence.coll_line", path=show(ranks[r][0]), line=ranks[r][1][i][1], n=i + 1,
+                 rank=r, call=said(ranks[r][1][i][0])) for r in shown] + _more(hidden, ev.lang)
+    if len(groups) == 2 and any(ev.colls.names[sig][:2] == ("AllReduce", 1) for sig in groups):
+        lines.append(msg(ev.lang, "doctor.evidence.coll_barrier"))
+    return Diagnosis(ev.job.name, "mismatch", culprits, _nccl_op(ev.colls.names[ref][0]), i + 1,
+                     facts={"source": "nccl_coll", "detail": detail}, evidence=lines)
+
+
 def from_size_abort(ev: Evidence) -> Diagnosis | None:
     """gloo without DETAIL: a rank that receives more bytes than it expects aborts (SIGABRT)."""
     hits = ev.of("size_abort")
@@ -226,10 +281,14 @@ def _watchdog_point(ev: Evidence) -> tuple[int | None, str | None]:
 
 
 def from_watchdog_lines(ev: Evidence) -> Diagnosis | None:
-    """No dumps: PyTorch's watchdog lines still say how far each rank got."""
+    """No dumps: PyTorch's watchdog lines still say how far each rank got. A rank's timeout line alone says
+    it enqueued that collective and did not complete it; a rank with no line at all is named as such."""
     if ev.dumps:
         return None
     progress: dict[int, tuple[int, int]] = {}
+    for f in ev.of("watchdog_timeout"):
+        if f.rank is not None and f.rank not in progress:
+            progress[f.rank] = (int(f.groups[0]), int(f.groups[0]) - 1)
     for f in ev.of("watchdog_failure"):
         progress[f.rank] = (int(f.groups[1]), int(f.groups[2]))
     for f in ev.of("dump_signal"):
@@ -241,8 +300,16 @@ def from_watchdog_lines(ev: Evidence) -> Diagnosis | None:
     top = max(enq for enq, _ in progress.values())
     behind = sorted(r for r, (enq, _) in progress.items() if enq < top)
     cls = "missing_rank" if behind else "none"
-    return Diagnosis(ev.job.name, cls, behind, op, top if behind else seq,
-                     facts={"source": "watchdog", "progress": progress}, evidence=[f.quote() for f in hits[:6]])
+    facts = {"source": "watchdog", "progress": progress}
+    evidence = [f.quote() for f in hits[:6]]
+    silent = [r for r in ev.world() if r not in progress]
+    if silent:
+        logs = {r: p for p, r in ev.job.logs + ev.job.nccl_logs if r is not None}
+        facts["silent"] = silent
+        evidence += [msg(ev.lang, "doctor.evidence.no_watchdog_line", path=show(logs[r]) if r in logs else "-",
+                         rank=r) for r in silent[:8]]
+    return Diagnosis(ev.job.name, cls, behind, op, top if behind or seq is None else seq, facts=facts,
+                     evidence=evidence)
 
 
 def from_straggle(ev: Evidence) -> Diagnosis | None:
@@ -257,7 +324,7 @@ def from_straggle(ev: Evidence) -> Diagnosis | None:
                      facts={"source": "flight_recorder", "late_s": max(st.late_s.values())}, evidence=lines)
 
 
-RULES = (from_detail, from_monitored_barrier, from_flight_recorder, from_size_abort, from_dead_rank, from_network,
+RULES = (from_detail, from_monitored_barrier, from_flight_recorder, from_nccl_coll, from_size_abort, from_dead_rank, from_network,
          from_watchdog_lines, from_straggle)
 
 
@@ -271,6 +338,8 @@ def diagnose(job: Job, lang: str = "en", pytorch: bool = True) -> Diagnosis:
     diag.evidence += _context(ev, diag)
     diag.ranks = _rank_table(ev)
     diag.environment = _environment(ev, lang)
+    diag.notes += [msg(lang, "doctor.skipped", path=show(p), problem=msg(lang, f"problem.{why}"))
+                   for p, why in job.skipped]
     if pytorch and ev.dumps:
         diag.notes.append(_pytorch_note(ev.dumps, lang))
     return diag
@@ -289,12 +358,8 @@ def _context(ev: Evidence, diag: Diagnosis) -> list[str]:
 
 
 def _coll_counts(ev: Evidence) -> list[str]:
-    last: dict[int, Finding] = {}
-    count: dict[int, int] = {}
-    for f in ev.of("nccl_coll"):
-        if f.rank is not None:
-            count[f.rank] = count.get(f.rank, 0) + 1
-            last[f.rank] = f
+    last: dict[int, Finding] = {r: f for r, f in ev.colls.last.items() if r is not None}
+    count: dict[int, int] = {r: n for r, n in ev.colls.count.items() if r is not None}
     if len(set(count.values())) <= 1:
         return []
     return [msg(ev.lang, "doctor.evidence.coll_count", path=show(last[r].path), line=last[r].line, count=count[r],
@@ -327,12 +392,15 @@ def _environment(ev: Evidence, lang: str) -> list[str]:
                        world=len(ev.world())))
     logs = sorted(ev.job.nccl_logs, key=lambda x: (x[1] is None, x[1] or 0))
     if logs:
-        out.append(nccl_info.parse(logs[0][0].read_text(errors="replace")).summary(lang))
+        out.append(nccl_info.parse_file(logs[0][0]).summary(lang))
     for p in ev.job.topo:
-        text = p.read_text(errors="replace")
+        text = p.read_text(errors="replace") if p.stat().st_size <= TOPO_MAX_BYTES else ""
         if not topo.is_topo(text):
             raise BadInput(p, "not `nvidia-smi topo -m` output")
-        out.append(topo.parse(text).render(lang))
+        try:
+            out.append(topo.parse(text).render(lang))
+        except ValueError as e:
+            raise BadInput(p, str(e)) from None
     return out
 
 
@@ -361,7 +429,11 @@ def next_steps(diag: Diagnosis, lang: str) -> list[str]:
     steps = msgs(lang, f"doctor.advice.{diag.cls}", **values)
     if diag.cls == "none" and diag.facts.get("source") == "watchdog":
         stuck = sorted(r for r, (enq, done) in diag.facts["progress"].items() if done < enq)
-        steps.insert(0, msg(lang, "doctor.step.watchdog_only", seq=diag.seq, stuck=stuck))
+        if diag.facts.get("silent"):
+            steps.insert(0, msg(lang, "doctor.step.watchdog_partial", seq=diag.seq, stuck=stuck,
+                                seen=sorted(diag.facts["progress"]), silent=diag.facts["silent"]))
+        else:
+            steps.insert(0, msg(lang, "doctor.step.watchdog_only", seq=diag.seq, stuck=stuck))
     if diag.cls == "mismatch" and not diag.culprits:
         steps.insert(0, msg(lang, "doctor.step.mismatch_no_culprit"))
     if diag.facts.get("source") == "detail":
@@ -415,8 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         diags = diagnose_paths(args.paths, args.lang, not args.no_pytorch)
-    except (BadInput, fr.DumpError) as e:
-        print(f"doctor: {e}", file=sys.stderr)
+    except Problem as e:  # BadInput, fr.DumpError
+        print(f"doctor: {e.in_language(args.lang)}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"doctor: {e.filename}: cannot read ({e.strerror})", file=sys.stderr)

@@ -33,14 +33,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from snippets.nccl.evidence import Problem
+
 STRAGGLER_MIN_S = 0.5  # arrival spread that counts as a straggler; CI noise on a loaded CPU stays well under
 SIZE_FREE_OPS = ("all_to_all", "alltoall", "scatter", "send", "recv")  # input sizes may differ by rank
 
 
-class DumpError(ValueError):
-    def __init__(self, path, problem: str):
-        super().__init__(f"{path}: {problem}")
-        self.path, self.problem = Path(path), problem
+class DumpError(Problem):
+    def __init__(self, path, problem: str, key: str | None = None, values: dict | None = None):
+        super().__init__(Path(path), problem, key, values)
 
 
 @dataclass
@@ -101,32 +102,76 @@ class Dump:
 
 
 class _DataOnly(pickle.Unpickler):
+    """Builds plain containers and scalars only: no class, function or persistent id can be named."""
+
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refers to {module}.{name}; a Flight Recorder dump holds plain data only")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refers to a persistent id; a Flight Recorder dump holds plain data only")
+
+
+# What a dump may be: real ones (2000 entries of 30 stack frames) are a few MB, about 5 levels deep and
+# a few hundred thousand objects. Pickle memoises, so a few hundred bytes can describe a tree of 2**60
+# lists; every object is counted each time it is reached, and the walk stops at the first limit.
+MAX_DUMP_BYTES = 256 << 20
+MAX_DEPTH = 32
+MAX_OBJECTS = 4_000_000
+PLAIN = (dict, list, tuple, str, int, float, bool, type(None), bytes)
+
+
+def check_plain(path: Path, raw) -> None:
+    """Raise DumpError unless `raw`, walked as a tree, is plain data within MAX_DEPTH and MAX_OBJECTS."""
+    stack, seen = [(raw, 1)], 0
+    while stack:
+        obj, depth = stack.pop()
+        seen += 1
+        if seen > MAX_OBJECTS:
+            raise DumpError.of(path, "dump_too_many", limit=MAX_OBJECTS)
+        if depth > MAX_DEPTH:
+            raise DumpError.of(path, "dump_too_deep", limit=MAX_DEPTH)
+        if type(obj) not in PLAIN:
+            raise DumpError.of(path, "dump_not_plain", type=type(obj).__name__)
+        if type(obj) is dict:
+            stack.extend((x, depth + 1) for kv in obj.items() for x in kv)
+        elif type(obj) in (list, tuple):
+            stack.extend((x, depth + 1) for x in obj)
 
 
 RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
 
 
 def read_raw(path: Path) -> dict:
+    size = path.stat().st_size
+    if size > MAX_DUMP_BYTES:
+        raise DumpError.of(path, "dump_too_big", size=size, limit=MAX_DUMP_BYTES)
     data = path.read_bytes()
     if not data:
         raise DumpError(path, "empty file")
     if data[:1] == b"\x80":  # pickle protocol 2+
         try:
             raw = _DataOnly(io.BytesIO(data)).load()
-        except (pickle.UnpicklingError, EOFError, ValueError, IndexError) as e:
-            raise DumpError(path, f"truncated or corrupt pickle ({type(e).__name__}: {e})") from None
+        except Exception as e:  # any opcode sequence reaches here: it is data, not code, so say what broke
+            raise DumpError(path, f"truncated or corrupt pickle ({type(e).__name__}: {_short(e)})") from None
     elif data.lstrip()[:1] == b"{":
         try:
             raw = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DumpError(path, f"truncated or corrupt JSON ({e})") from None
+            raise DumpError(path, f"truncated or corrupt JSON ({_short(e)})") from None
+        except RecursionError:
+            raise DumpError.of(path, "dump_too_deep", limit=MAX_DEPTH) from None
     else:
         raise DumpError(path, "neither a pickle nor a JSON Flight Recorder dump")
+    del data
+    check_plain(path, raw)
     if not isinstance(raw, dict) or "entries" not in raw or "version" not in raw:
         raise DumpError(path, "not a Flight Recorder dump: no 'version' and 'entries' keys")
     return raw
+
+
+def _short(e: Exception, width: int = 200) -> str:
+    text = str(e)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _pg_name(e: dict) -> str:
@@ -141,12 +186,17 @@ def _rank_list(text: str) -> list:
         return ast.literal_eval(text)
 
 
+MAX_WORLD = 1 << 18
+
+
 def _pg_ranks(raw: dict, entries: list[dict]) -> dict[str, list[int]]:
     """pg_config by the names the entries use (gloo keys the default group '' instead of '0')."""
     out = {}
     for key, cfg in (raw.get("pg_config") or {}).items():
         ranks = cfg.get("ranks", "[]")
         ranks = _rank_list(ranks) if isinstance(ranks, str) else list(ranks)
+        if len(ranks) > MAX_WORLD:
+            raise ValueError(f"process group {key!r} of {len(ranks)} ranks, more than {MAX_WORLD}")
         out[str(key)] = [int(r) for r in ranks]
     if "" in out:
         unnamed = out.pop("")
@@ -155,13 +205,27 @@ def _pg_ranks(raw: dict, entries: list[dict]) -> dict[str, list[int]]:
     return out
 
 
+MAX_SEQ = 1 << 63  # collective_seq_id is an int64
+
+
+def _number(v):
+    """A float or int field, or None where it is anything else (bool, text, NaN, infinity)."""
+    return v if type(v) in (int, float) and v == v and abs(v) != float("inf") else None
+
+
 def _entry(rank: int, index: int, e: dict) -> Entry:
     name = str(e.get("profiling_name", ""))
-    return Entry(rank=rank, index=index, pg=_pg_name(e), seq=int(e.get("collective_seq_id", 0)),
+    seq = int(e.get("collective_seq_id", 0))
+    if not 0 <= seq < MAX_SEQ:
+        raise ValueError(f"collective_seq_id {seq} of entry {index} is not an int64 >= 0")
+    created = int(e.get("time_created_ns") or 0)
+    if not 0 <= created < MAX_SEQ:
+        raise ValueError(f"time_created_ns {created} of entry {index} is not an int64 >= 0")
+    return Entry(rank=rank, index=index, pg=_pg_name(e), seq=seq,
                  op=name.split(":", 1)[-1], profiling_name=name, state=str(e.get("state", "")),
                  input_sizes=e.get("input_sizes"), input_dtypes=e.get("input_dtypes"),
-                 created_ns=int(e.get("time_created_ns") or 0), duration_ms=e.get("duration_ms"),
-                 timeout_ms=e.get("timeout_ms"), frames=list(e.get("frames") or []))
+                 created_ns=created, duration_ms=_number(e.get("duration_ms")),
+                 timeout_ms=_number(e.get("timeout_ms")), frames=[f for f in e.get("frames") or [] if type(f) is dict])
 
 
 def load_dump(path) -> Dump:
@@ -175,8 +239,9 @@ def load_dump(path) -> Dump:
         entries = [_entry(rank, i, e) for i, e in enumerate(raw["entries"]) if not e.get("is_p2p")]
         pg_ranks = _pg_ranks(raw, raw["entries"])
         status = {str(k): int(v.get("last_enqueued_collective", -1)) for k, v in (raw.get("pg_status") or {}).items()}
-    except (AttributeError, TypeError, ValueError, SyntaxError) as e:
-        raise DumpError(path, f"unexpected Flight Recorder format ({type(e).__name__}: {e})") from None
+    except (AttributeError, TypeError, ValueError, SyntaxError, KeyError, IndexError, OverflowError, MemoryError,
+            RecursionError) as e:
+        raise DumpError(path, f"unexpected Flight Recorder format ({type(e).__name__}: {_short(e)})") from None
     return Dump(path, rank, str(raw["version"]), str(raw.get("comm_lib_version", "")), pg_ranks, status,
                 entries, raw)
 
@@ -202,6 +267,33 @@ def check_same_job(dumps: list[Dump]) -> None:
                                     f"but {ref.path.name} has {len(ref_world)}")
         if ref_world and d.rank not in ref_world:
             raise DumpError(d.path, f"rank {d.rank} is not in the job of {ref.path.name} (ranks {ref_world})")
+        for pg in sorted(set(d.pg_ranks) & set(ref.pg_ranks)):
+            if d.pg_ranks[pg] and ref.pg_ranks[pg] and d.pg_ranks[pg] != ref.pg_ranks[pg]:
+                raise DumpError.of(d.path, "another_job_pg", pg=pg, ranks=_few(d.pg_ranks[pg]), other=ref.path.name,
+                                   other_ranks=_few(ref.pg_ranks[pg]))
+        _check_times(ref, d)
+
+
+SAME_JOB_SLACK_S = 60.0  # clocks of two hosts may differ; more than this on top of the timeout is another run
+DEFAULT_TIMEOUT_MS = 600_000  # PyTorch's NCCL default
+
+
+def _check_times(ref: Dump, d: Dump) -> None:
+    """The same collective (process group and number) starts on every rank of one job within the timeout:
+    a rank that waited longer would have timed out. Dumps of two runs of one program disagree by minutes."""
+    mine = {(e.pg, e.seq): e for e in d.entries if e.seq > 0 and e.created_ns > 0}
+    for e in sorted((e for e in ref.entries if (e.pg, e.seq) in mine), key=lambda e: e.seq):
+        o = mine[(e.pg, e.seq)]
+        limit = max(e.timeout_ms or DEFAULT_TIMEOUT_MS, o.timeout_ms or DEFAULT_TIMEOUT_MS) / 1e3 + SAME_JOB_SLACK_S
+        gap = abs(e.created_ns - o.created_ns) / 1e9
+        if gap > limit:
+            raise DumpError.of(d.path, "another_job_time", seq=e.seq, pg=e.pg, gap=gap, other=ref.path.name,
+                               limit=limit)
+        return  # the oldest collective both kept says it; later ones may drift by up to the timeout each
+
+
+def _few(ranks: list[int], n: int = 8) -> str:
+    return str(ranks) if len(ranks) <= n else f"{str(ranks[:n])[:-1]}, ... ({len(ranks)} ranks)]"
 
 
 @dataclass
@@ -255,12 +347,11 @@ def _reference(groups: dict[tuple, list[int]]) -> tuple:
 def first_divergence(pg: str, seqs: dict[int, dict[int, Entry]]) -> Divergence | None:
     members = sorted(seqs)
     start = max((min(s) for s in seqs.values() if s), default=1)  # older entries fell out of some ring buffer
-    last = max((max(s) for s in seqs.values() if s), default=0)
-    for seq in range(start, last + 1):
+    # the numbers some rank kept, in order: a number no rank kept is a gap (e.g. the DETAIL wrapper's helper
+    # group), and walking the range instead would take forever after one corrupt id of 10**12
+    for seq in sorted({q for s in seqs.values() for q in s if q >= start}):
         at = {r: seqs[r].get(seq) for r in members}
         present = {r: e for r, e in at.items() if e is not None}
-        if not present:  # a number no rank kept: gaps happen (e.g. the DETAIL wrapper's helper group)
-            continue
         ops = Counter(e.op for e in present.values())
         if len(present) < len(members):
             missing = [r for r in members if at[r] is None]

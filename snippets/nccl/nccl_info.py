@@ -25,22 +25,22 @@ from dataclasses import dataclass, field
 
 from snippets.nccl.messages import msg
 
-LINE = re.compile(r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+LINE = re.compile(r"(?<![^\s:\]])(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                   r"(?:(?P<where>\S+:\d+)(?: \((?P<func>[^)]*)\))? )?"
                   r"NCCL (?P<level>INFO|WARN|ATTN|TRACE|CALL) ?(?P<msg>.*)$")
 VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?")
-INIT = re.compile(r"(?P<fn>ncclCommInit\w*|ncclCommSplit\w*) comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) "
-                  r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-fA-F:.]+)"
+INIT = re.compile(r"(?P<fn>ncclCommInit\w*|ncclCommSplit\w*) comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d{1,9}) "
+                  r"nranks (?P<nranks>\d{1,9}) cudaDev (?P<dev>\d{1,9})(?: nvmlDev \d+)? busId (?P<bus>[0-9a-fA-F:.]+)"
                   r"(?: commId (?P<commid>0x[0-9a-f]+))?")
-RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) : (?P<order>\d+(?: \d+)*)\s*$")
+RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d{1,9}) : (?P<order>\d+(?: \d+)*)\s*$")
 CONNECT = re.compile(r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[[0-9a-fx]+\] -> (?P<dst>\d+)\[[0-9a-fx]+\]"
-                     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$")
+                     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+)$")
 TREES = re.compile(r"\[(?P<ch>\d+)\] (?P<spec>\S+)")
-COLL = re.compile(r"^(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-fA-Fx]+) sendbuff (?P<send>\S+) "
-                  r"recvbuff (?P<recv>\S+) count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) "
-                  r"root (?P<root>-?\d+) comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?")
-CHANNELS = re.compile(r"^(?P<coll>\d+) coll channels, .*?(?P<nvls>\d+) nvls channels")
-NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
+COLL = re.compile(r"^(?P<op>[A-Za-z]+): opCount (?P<opcount>(?:0x)?[0-9a-fA-F]{1,16}) sendbuff (?P<send>\S+) "
+                  r"recvbuff (?P<recv>\S+) count (?P<count>\d{1,18}) datatype (?P<dt>\d{1,9}) op (?P<redop>\d{1,9}) "
+                  r"root (?P<root>-?\d{1,9}) comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d{1,9})\])?")
+CHANNELS = re.compile(r"^(?P<coll>\d{1,9}) coll channels, .*?(?<!\d)(?P<nvls>\d{1,9}) nvls channels")
+NETWORK = re.compile(r"^Using network (?P<net>.+)$")
 
 # ncclDataType_t and ncclRedOp_t (nccl.h)
 DATATYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "float16",
@@ -85,17 +85,29 @@ class NcclInfo:
         return _summary(self, lang)
 
 
+def is_nccl_line(line: str) -> bool:
+    return bool(LINE.search(line)) or line.lstrip().startswith("NCCL version ")
+
+
 def is_nccl_log(text: str) -> bool:
     """True when some line carries NCCL's `host:pid:tid [dev] NCCL LEVEL` prefix or a version banner."""
-    return any(LINE.search(ln) or ln.lstrip().startswith("NCCL version ") for ln in text.splitlines())
+    return any(is_nccl_line(ln) for ln in text.splitlines())
 
 
-def parse(text: str) -> NcclInfo:
+def parse_file(path) -> NcclInfo:
+    """`parse` of a file, streamed line by line (long lines cut, as the doctor reads logs)."""
+    from snippets.nccl.evidence import read_lines
+
+    return parse(line for _, line in read_lines(path))
+
+
+def parse(text) -> NcclInfo:
+    """Read a log's text, or its lines (any iterable of strings without line ends)."""
     info = NcclInfo()
     in_topo = topo_done = False
     rings_done = False
-    for raw in text.splitlines():
-        m = LINE.search(raw)
+    for raw in text.splitlines() if isinstance(text, str) else text:
+        m = LINE.search(raw) if "NCCL" in raw else None
         if not m:
             v = VERSION.match(raw.strip())   # NCCL_DEBUG=VERSION prints the banner without a prefix
             if v and info.version is None:
@@ -131,7 +143,7 @@ def parse(text: str) -> NcclInfo:
                 info.rank, info.nranks, info.cuda_dev, info.bus_id = (
                     comm["rank"], comm["nranks"], comm["cuda_dev"], comm["bus_id"])
         elif n := NETWORK.match(msg):
-            info.network = info.network or n["net"]
+            info.network = info.network or n["net"].rstrip()
         elif c := CONNECT.match(msg):
             name = transport_name(c["via"])
             info.transports[name] = info.transports.get(name, 0) + 1

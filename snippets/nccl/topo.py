@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from snippets.nccl.messages import catalogue_path, msg
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MAX_DEVICES = 256  # GPUs and NICs of one machine
 
 # The codes of nvidia-smi's own legend (nvidia-smi topo -m); their meanings are in messages/<lang>.yml
 # (topo.legend), used when the text does not carry its legend, and in any language but nvidia-smi's own.
@@ -70,7 +71,7 @@ class TopoMatrix:
 
 
 def is_topo(text: str) -> bool:
-    return bool(re.search(r"^\s*GPU0\b", ANSI.sub("", text), re.M)) and "Affinity" in text
+    return bool(re.search(r"^[^\S\n]*GPU0\b", ANSI.sub("", text), re.M)) and "Affinity" in text
 
 
 def parse(text: str) -> TopoMatrix:
@@ -82,6 +83,8 @@ def parse(text: str) -> TopoMatrix:
     header = header[1:] if header and header[0] == "" else header
     k = next((i for i, c in enumerate(header) if "Affinity" in c or "NUMA" in c), len(header))
     devs, extra = [c for c in header[:k] if c], [c for c in header[k:] if c]
+    if len(devs) > MAX_DEVICES:
+        raise ValueError(f"not `nvidia-smi topo -m` output: {len(devs)} columns, more than {MAX_DEVICES} devices")
     matrix, affinity = {}, {}
     for ln in lines[header_at + 1:]:
         cells = [c.strip() for c in ln.split("\t")]

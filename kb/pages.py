@@ -164,7 +164,12 @@ def check_quotes(body: str, where: str) -> None:
 
 
 def check_prose(body: str, lang: str, where: str) -> None:
-    hits = prose.uncited(body, VOCAB["sections"][-1][0 if lang == "zh" else 1])
+    references = VOCAB["sections"][-1][0 if lang == "zh" else 1]
+    crowded = prose.crowded_lines(body, references)
+    if crowded:
+        raise PageError(f"{where}:{crowded[0]}: more than one sentence on a line; write one sentence per line "
+                        f"(lines {', '.join(map(str, crowded[:8]))})")
+    hits = prose.uncited(body, references)
     if hits:
         shown = "; ".join(f"line {n}: {num!r}" for n, num in hits[:5])
         raise PageError(f"{where}: {len(hits)} measured-looking number(s) typed into prose without a citation "

@@ -1,4 +1,4 @@
-"""Measured-looking numbers typed into page prose must cite their source.
+"""Page prose: measured-looking numbers cite their source, and each sentence has a line of its own.
 
 A number followed by a bandwidth, throughput, time or speed-up unit (4,800 GB/s, 989 TFLOP/s, 12 µs,
 1.97×) reads as a measurement. On this site a measurement is either quoted from a recorded result
@@ -38,6 +38,21 @@ def uncited(body: str, references_heading: str) -> list[tuple[int, str]]:
             if _CITED.search(sentence):
                 continue
             found += [(lineno, m.group(0)) for m in MEASURED.finditer(sentence)]
+    return found
+
+
+def crowded_lines(body: str, references_heading: str) -> list[int]:
+    """Line numbers of prose lines that hold more than one sentence (pages keep one per line for diffs)."""
+    text = body.split(f"\n## {references_heading}", 1)[0]
+    for pattern in _STRIP:
+        text = pattern.sub(_blank, text)
+    found = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        bare = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", line).strip()
+        if not bare or bare[0] in "|#" or bare.startswith(("!!!", "???")):
+            continue
+        if sum(1 for s in _sentences(bare) if re.search(r"\w", s)) > 1:
+            found.append(lineno)
     return found
 
 

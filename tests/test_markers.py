@@ -72,3 +72,9 @@ def test_the_references_section_is_not_prose():
 def test_abbreviations_and_words_are_not_sentence_ends_or_units():
     assert prose.uncited("Peaks differ, i.e. 4.8 TB/s on H200[^a].\n", "References") == []
     assert prose.uncited("In step 1 uses of the TMA unit start.\n", "References") == []
+
+
+def test_two_sentences_on_one_line_are_found_but_lists_and_abbreviations_are_not():
+    body = ("一句话。第二句话。\n- 列表项。\n1. First item. Second sentence.\nOne, e.g. this, stays.\n"
+            "| 表格。 | 单元格。 |\n## References\nA. B. C.\n")
+    assert prose.crowded_lines(body, "References") == [1, 3]

@@ -156,3 +156,9 @@ def test_quoting_a_metric_the_result_lacks_or_a_gpu_without_results(docs):
     _fails(docs / "kernels/q.md", docs, "has no metric 'no_such_metric'")
     _edit(docs / "kernels/q.md", "no_such_metric", "add_layernorm_fwd_speedup_vs_eager gpu=nvidia-a100")
     _fails(docs / "kernels/q.md", docs, "has no result for GPU nvidia-a100")
+
+
+def test_two_sentences_on_one_line_fail(docs):
+    _edit(docs / "kernels/q.en.md", "## Lab\n", "## Lab\n\nThe first sentence. The second one.\n")
+    with pytest.raises(PageError, match=r"docs/kernels/q.en.md:\d+: more than one sentence on a line"):
+        check_page(docs / "kernels/q.en.md", docs)

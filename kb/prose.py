@@ -66,3 +66,14 @@ def _sentences(line: str) -> list[str]:
             out[-1] += lead.group(1)
         out.append(part)
     return out
+
+
+def spoken_length(text: str) -> int:
+    """How long a passage is to say: Chinese characters plus Latin words, with markup, links' targets,
+    footnote marks, shortcodes and maths left out."""
+    text = re.sub(r"<!--.*?-->|\[\^[^\]]+\]|\$[^$\n]+\$", " ", text, flags=re.S)
+    text = re.sub(r"\]\([^)]*\)", "] ", text)
+    han = len(re.findall(r"[\u4e00-\u9fff]", text))
+    words = len(re.findall(r"[A-Za-z0-9][A-Za-z0-9.+'’_/-]*", text))
+    return han + words
+

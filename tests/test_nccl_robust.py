@@ -161,6 +161,9 @@ def test_a_binary_file_named_like_a_log_is_not_read_as_one(tmp_path):
         r = cli(tmp_path, "--no-pytorch", "--lang", lang)
         assert r.returncode == 0, r.stderr
         assert f"rank0.log{said}" in r.stdout, r.stdout
+    r = cli(tmp_path, "--no-pytorch")
+    assert "rank0.log: no watchdog line from rank 0" in r.stdout, "the rank whose log was unreadable is named"
+    assert "Every rank" not in r.stdout, r.stdout
 
 
 def test_a_barrier_against_an_all_reduce_in_nccl_coll_lines_is_a_mismatch():

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from snippets.nccl import flight_recorder as fr
 from snippets.nccl import nccl_info
 from snippets.nccl.evidence import (NETWORK_WORDS, OPTYPE, TOPO_MAX_BYTES, BadInput, CollLines, Exit, Finding, Job,
-                                    Problem, collect_jobs, read_launcher, scan_log, show)
+                                    RANK_LOG, Problem, collect_jobs, read_launcher, scan_log, show)
 from snippets.nccl.messages import languages, msg, msgs
 
 CLASSES = ("missing_rank", "straggler", "mismatch", "dead_rank", "network_error", "none")
@@ -46,8 +46,13 @@ class Evidence:
     def of(self, *kinds: str) -> list[Finding]:
         return [f for f in self.findings if f.kind in kinds]
 
+    def unreadable(self) -> dict[int, Path]:
+        """Rank -> its log, for rank logs (by name) that were skipped because they are not text."""
+        return {int(m[1]): p for p, _ in self.job.skipped if (m := RANK_LOG.match(p.name))}
+
     def world(self) -> list[int]:
         ranks = set(self.exits) | {d.rank for d in self.dumps} | {r for _, r in self.job.logs if r is not None}
+        ranks |= set(self.unreadable())  # a rank whose only log was not text is still a rank of the job
         for d in self.dumps:
             ranks |= set(d.world())
         return sorted(ranks)
@@ -304,7 +309,7 @@ def from_watchdog_lines(ev: Evidence) -> Diagnosis | None:
     evidence = [f.quote() for f in hits[:6]]
     silent = [r for r in ev.world() if r not in progress]
     if silent:
-        logs = {r: p for p, r in ev.job.logs + ev.job.nccl_logs if r is not None}
+        logs = {**ev.unreadable(), **{r: p for p, r in ev.job.logs + ev.job.nccl_logs if r is not None}}
         facts["silent"] = silent
         evidence += [msg(ev.lang, "doctor.evidence.no_watchdog_line", path=show(logs[r]) if r in logs else "-",
                          rank=r) for r in silent[:8]]

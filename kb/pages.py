@@ -163,6 +163,19 @@ def check_quotes(body: str, where: str) -> None:
                             f"{result.path.name}; changed since: {', '.join(result.stale[:3])}): re-run the lab")
 
 
+SHORT_ANSWER_LIMIT = {"zh": 130, "en": 90}  # Chinese characters plus Latin words: what fits in 30 seconds
+
+
+def check_short_answer(body: str, lang: str, where: str) -> None:
+    head = VOCAB["sections"][0][0 if lang == "zh" else 1]
+    section = body.split(f"\n## {head}", 1)[1].split("\n## ", 1)[0]
+    length = prose.spoken_length(section)
+    if length > SHORT_ANSWER_LIMIT[lang]:
+        raise PageError(f"{where}: the '## {head}' section is a 30-second answer of at most "
+                        f"{SHORT_ANSWER_LIMIT[lang]} {'characters and words' if lang == 'zh' else 'words'}; "
+                        f"it has {length}: move the rest into the interview answer")
+
+
 def check_prose(body: str, lang: str, where: str) -> None:
     references = VOCAB["sections"][-1][0 if lang == "zh" else 1]
     crowded = prose.crowded_lines(body, references)
@@ -209,6 +222,7 @@ def check_page(path: Path, docs: Path | None = None) -> dict:
     check_body(body, lang, where)
     check_uses(meta, body, where)
     check_quotes(body, where)
+    check_short_answer(body, lang, where)
     check_prose(body, lang, where)
     twin = docs / twin_of(src_uri)
     if not twin.is_file():

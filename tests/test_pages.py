@@ -162,3 +162,15 @@ def test_two_sentences_on_one_line_fail(docs):
     _edit(docs / "kernels/q.en.md", "## Lab\n", "## Lab\n\nThe first sentence. The second one.\n")
     with pytest.raises(PageError, match=r"docs/kernels/q.en.md:\d+: more than one sentence on a line"):
         check_page(docs / "kernels/q.en.md", docs)
+
+
+def test_a_short_answer_longer_than_thirty_seconds_fails(docs):
+    long = "这是一句很长的回答，" * 20 + "结束。\n"
+    _edit(docs / "kernels/q.md", "## 面试回答\n", long + "\n## 面试回答\n")
+    _fails(docs / "kernels/q.md", docs, "30-second answer", "at most 130")
+
+
+def test_spoken_length_counts_characters_and_words_not_markup():
+    from kb.prose import spoken_length
+    assert spoken_length("NCCL 超时[^a]是 [watchdog](https://x.org/a/b/c) 报的 <!-- metric 00-a b -->。") == 7
+    assert spoken_length("An NCCL timeout is raised by the watchdog, $t = 600$ s.") == 9

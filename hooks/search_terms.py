@@ -1,8 +1,8 @@
-"""Keep every Chinese glossary term, tag and topic one search token (on_config).
+"""Keep every Chinese glossary term, tag, topic and typed word one search token (on_config).
 
 Material's search segments Chinese with jieba, which would cut 全归约 into 全 + 归约. The words come
-from schemas/glossary.yml, schemas/vocabulary.yml and the string catalogues, so the dictionary is
-generated, never kept by hand.
+from schemas/glossary.yml, schemas/vocabulary.yml and the string catalogues (plus the short words
+readers type, kb.search_terms.TYPED_ZH), so the dictionary is generated, not kept by hand.
 """
 import sys
 from pathlib import Path

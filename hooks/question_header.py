@@ -18,12 +18,13 @@ from kb.strings import t  # noqa: E402
 
 
 def _tag_href(tag: str, page, config) -> str:
-    tags = config.plugins.get("material/tags")
+    plugins = getattr(config, "plugins", None)
+    tags = plugins.get("material/tags") if plugins is not None else None
     conf = tags.config if tags is not None else None
     anchor = (conf.tags_slugify_format.format(slug=conf.tags_slugify(tag, conf.tags_slugify_separator))
               if conf is not None else "")
     prefix = "en/" if lang_of(page.file.src_uri) == "en" else ""
-    return get_relative_url(f"{prefix}tags/", page.url) + (f"#{anchor}" if anchor else "")
+    return get_relative_url(f"{prefix}tags/", getattr(page, "url", "") or page.file.src_uri) + (f"#{anchor}" if anchor else "")
 
 
 def _lab_line(notebook: str, lang: str, page_dir: str) -> str:
@@ -52,6 +53,6 @@ def on_page_markdown(markdown, page, config, files):
     if labs:
         page_dir = str(Path(page.file.src_uri).parent)
         items = "\n".join(_lab_line(nb, lang, page_dir) for nb in labs)
-        line += (f'\n<div class="kb-practice" markdown>\n<span class="kb-practice__label">{t(lang, "practice")}</span>\n'
+        line += (f'\n\n<div class="kb-practice" markdown>\n<span class="kb-practice__label">{t(lang, "practice")}</span>\n'
                  f'<ul class="kb-practice__labs" markdown>\n{items}\n</ul>\n</div>')
-    return f'<div class="kb-qhead" markdown>\n{line}\n</div>\n\n' + markdown
+    return line + "\n\n" + markdown

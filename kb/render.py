@@ -138,14 +138,26 @@ def quote(marker: Marker, lang: str, page_dir: str, default_gpu: str | None = No
     else:
         text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"  # 4,267 GB/s; 1.97×; 0.933
         text += md_text(unit) if unit == "×" else f" {md_text(unit)}" if unit else ""
-    out = f'[{text}]({lab_link(marker.lab, page_dir)} "{md_text(provenance(result, lang))}")'
+    link, where = lab_link(marker.lab, page_dir), md_text(provenance(result, lang))
+    out = f'[{text}]({link} "{where}")'
     if "gpu" in marker.options:
         out += f" ({md_text(result.data['device']['name'])})"
+    out += source_mark(f"kb-src-{marker.line}-{marker.span[0]}", where, link, lang, not result.fresh)
     if not result.fresh:
         out += f' <span class="kb-flag">{t(lang, "quote_stale")}</span>'
     elif result.legacy:
         out += f' <span class="kb-flag">{t(lang, "quote_legacy")}</span>'
     return out
+
+
+def source_mark(mark_id: str, where: str, link: str, lang: str, stale: bool) -> str:
+    """A visible mark beside a quoted number: a button (tap, click, Enter or Space; docs/javascripts/kb.js)
+    that opens a small note with the number's provenance and a link to its lab page. `where` is md_text."""
+    css = "kb-src kb-src--stale" if stale else "kb-src"
+    return (f'<span class="{css}"><button type="button" class="kb-src-mark" aria-expanded="false" '
+            f'aria-controls="{mark_id}" aria-label="{t(lang, "quote_source")}">{t(lang, "quote_mark")}</button>'
+            f'<span class="kb-src-pop" id="{mark_id}" role="note" hidden>{where} · '
+            f'[{t(lang, "quote_open_lab")}]({link})</span></span>')
 
 
 def sources(markers_: list[Marker], lang: str, default_gpu: str | None = None) -> str:

@@ -80,7 +80,7 @@ def test_no_asset_comes_from_another_host(built_site):
             offenders.append(f"{page.relative_to(built_site)}: {m.group(0)[:120]}")
     assert not offenders, offenders[:5]
     assert (built_site / "assets/vendor/mermaid.min.js").stat().st_size > 1_000_000
-    assert (built_site / "assets/vendor/tex-svg.js").stat().st_size > 1_000_000
+    assert (built_site / "assets/vendor/mathjax/tex-chtml.js").stat().st_size > 1_000_000
 
 
 def test_footer_states_the_licences(built_site):

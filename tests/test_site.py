@@ -57,7 +57,8 @@ def test_lab_page_renders_the_notebook_with_its_banner(built_site, stem):
     if result:
         state = "kb-fresh" if result.fresh and not result.legacy else "kb-stale"
         assert result.data["device"]["name"] in html and f"kb-provenance {state}" in html
-        assert "data:image/png;base64" in html, "the GPU result's plots are missing"
+        if '"image/png"' in result.notebook_path.read_text():  # not every lab draws a plot
+            assert "data:image/png;base64" in html, "the GPU result's plots are missing"
     meta = lab_meta(ROOT / lab)
     assert all(n in html for n in hardware_needs(lab, "zh"))
     en = (built_site / f"en/labs/{stem}/index.html").read_text()

@@ -1,5 +1,5 @@
-"""One shared stylesheet for the notebook pages instead of 0.6 MB of CSS in each (on_page_content,
-on_post_page, on_post_build).
+"""One shared stylesheet for the notebook pages instead of 0.6 MB of CSS in each (on_pre_build,
+on_page_content, on_post_page, on_post_build).
 
 mkdocs-jupyter (0.26, no option to turn it off) writes JupyterLab's stylesheets as <style> blocks
 ahead of every rendered notebook, and after it a <style> holding a Python list's repr of the
@@ -20,6 +20,10 @@ _WRAPPER = '<div class="jupyter-wrapper">'
 _END = "<!-- jupyter-wrapper -->"
 _STYLE = re.compile(r"<style[^>]*>(.*?)</style>\s*", re.S)
 _sheets: dict[str, str] = {}  # site path -> CSS
+
+
+def on_pre_build(config):
+    _sheets.clear()  # `mkdocs serve` rebuilds in one process
 
 
 def _is_notebook(page) -> bool:

@@ -71,7 +71,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 # Test lanes. `make check` runs what is neither slow nor gpu (< 1 min on 2 cores); `make test` adds the slow lane.
 # Slow: files whose tests execute notebooks, interpret Triton kernels, compile CUDA, start process groups or
 # build the site. GPU: tests skipped without CUDA (their skip reason says so); the GPU workflow runs `pytest -m gpu`.
-SLOW_FILES = {"test_browser.py", "test_reading.py", "test_notebooks.py", "test_site.py", "test_new_question.py", "test_gpu_run.py",
+SLOW_FILES = {"test_browser.py", "test_reading.py", "test_light.py", "test_a11y.py", "test_notebooks.py", "test_site.py",
+              "test_new_question.py", "test_gpu_run.py",
               "test_inference_serving.py", "test_inference_paged_kv.py", "test_inference_mma.py", "test_moe.py",
               "test_fusion.py", "test_fusion_cases.py", "test_gemm.py", "test_kernel_agent.py",
               "test_nccl_busbw.py", "test_nccl_doctor.py", "test_nccl_messages.py", "test_nccl_info.py",

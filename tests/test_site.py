@@ -57,7 +57,8 @@ def test_lab_page_renders_the_notebook_with_its_banner(built_site, stem):
     if result:
         state = "kb-fresh" if result.fresh and not result.legacy else "kb-stale"
         assert result.data["device"]["name"] in html and f"kb-provenance {state}" in html
-        assert "data:image/png;base64" in html, "the GPU result's plots are missing"
+        if '"image/png"' in result.notebook_path.read_text():  # not every lab draws a plot
+            assert "data:image/png;base64" in html, "the GPU result's plots are missing"
     meta = lab_meta(ROOT / lab)
     assert all(n in html for n in hardware_needs(lab, "zh"))
     en = (built_site / f"en/labs/{stem}/index.html").read_text()
@@ -80,7 +81,7 @@ def test_no_asset_comes_from_another_host(built_site):
             offenders.append(f"{page.relative_to(built_site)}: {m.group(0)[:120]}")
     assert not offenders, offenders[:5]
     assert (built_site / "assets/vendor/mermaid.min.js").stat().st_size > 1_000_000
-    assert (built_site / "assets/vendor/tex-svg.js").stat().st_size > 1_000_000
+    assert (built_site / "assets/vendor/mathjax/tex-chtml.js").stat().st_size > 1_000_000
 
 
 def test_footer_states_the_licences(built_site):

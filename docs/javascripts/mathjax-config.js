@@ -1,4 +1,4 @@
-// MathJax is served from assets/vendor/tex-svg.js (npm mathjax 3.2.2), never from a CDN.
+// MathJax is served from assets/vendor/mathjax/tex-chtml.js (npm mathjax 3.2.2), never from a CDN.
 window.MathJax = {
   tex: { inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]], processEscapes: true, processEnvironments: true },
   options: { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex" }

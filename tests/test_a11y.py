@@ -31,6 +31,13 @@ SAMPLES = """
   <p class="kb-provenance kb-none">暂无 GPU 结果</p></div>
 <div class="kb-lab-card"><p><strong><a href="#">实验</a></strong></p>
   <p>拷贝 <a href="#">4,267 GB/s</a> <span class="kb-flag">旧结果</span></p></div>
+<p>带宽 <span class="kb-src"><a href="#">4,298 GB/s</a><button class="kb-src-mark" type="button">源</button>
+  <span class="kb-src-pop" role="note">NVIDIA H200 · 2026-12-01 · 提交 c9ce68d23c</span></span>
+  <span class="kb-src kb-src--stale"><a href="#">325 GB/s</a><button class="kb-src-mark" type="button">源</button></span></p>
+<div class="kb-practice"><span class="kb-practice__label">练习</span> <a class="kb-tag" href="#">NCCL</a></div>
+<form class="kb-filter"><fieldset><legend>难度</legend><label class="kb-chip"><input type="checkbox"> 进阶</label></fieldset>
+  <p class="kb-filter__count">显示 8 题</p></form>
+<ol class="kb-track"><li><p><a href="#">如果出现 NCCL timeout</a> <span class="kb-tag">NCCL</span></p></li></ol>
 """
 
 CONTRAST_JS = """

@@ -16,7 +16,8 @@ from kb.strings import t
 
 # zh tags (the keys of schemas/vocabulary.yml); a page's .en.md twin is matched through the vocabulary.
 TRACKS = {
-    "training": {"topics": ["distributed", "moe"], "tags": ["分布式通信", "NCCL", "MoE", "强化学习"]},
+    "training": {"topics": ["distributed", "training", "moe"],
+                 "tags": ["分布式通信", "NCCL", "MoE", "强化学习", "并行训练"]},
     "inference": {"topics": ["inference"], "tags": ["推理", "KV 缓存", "量化"]},
     "kernels": {"topics": ["kernels", "agents"],
                 "tags": ["算子融合", "CUDA", "Triton", "CUTLASS", "Hopper", "GPU 架构"]},

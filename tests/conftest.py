@@ -54,6 +54,24 @@ def built_site(tmp_path_factory) -> Path:
     return out
 
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright (never `playwright install`), shared by every browser test;
+    `browser.devices` holds Playwright's device descriptors for phone emulation."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    assert Path(CHROMIUM).exists(), "Debian chromium is missing: `make test` installs it (make browser-deps)"
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        b.devices = p.devices
+        yield b
+        b.close()
+
+
 @pytest.fixture(scope="session")
 def site_url(built_site):
     handler = functools.partial(_QuietHandler, directory=str(built_site.parent))

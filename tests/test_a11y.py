@@ -13,9 +13,6 @@ import pytest
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
 AXE = ROOT / "node_modules/axe-core/axe.min.js"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PAGES = {"home": "", "question": "kernels/kernel-level-optimization/", "lab": "labs/00-gpu-ceilings/"}
 SCHEMES = ("default", "slate")  # Material's light and dark palettes (mkdocs.yml theme.palette)
 MIN_CONTRAST = 4.5
@@ -89,15 +86,6 @@ async () => {
 """
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    assert Path(CHROMIUM).exists(), "Debian chromium is missing: `make test` installs it (make browser-deps)"
-    assert AXE.is_file(), "node_modules/axe-core is missing: run `make setup` (npm ci)"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 def open_page(browser, url: str, scheme: str, locale: str):
@@ -112,6 +100,11 @@ def open_page(browser, url: str, scheme: str, locale: str):
 
 def kb_classes() -> set[str]:
     return set(re.findall(r"\.(kb-[a-z-]+)", (ROOT / "docs/stylesheets/kb.css").read_text()))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _axe_installed():
+    assert AXE.is_file(), "node_modules/axe-core is missing: run `make setup` (npm ci)"
 
 
 def test_samples_cover_every_component_in_kb_css():

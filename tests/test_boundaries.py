@@ -42,3 +42,12 @@ def test_site_machinery_never_imports_lab_runtime():
 ])
 def test_the_scan_sees_imports_anywhere_and_only_imports(source, banned, hit):
     assert bool(imported(source) & banned) == hit
+
+
+@pytest.mark.parametrize("have, need", [(None, None), (None, "8.0"), ((7, 5), "8.0"), ((9, 0), "8.0"), ((9, 0), "9.0a"),
+                                        ((10, 0), "9.0a"), ((8, 9), "9.0a"), ((12, 0), "12.0")])
+def test_the_site_and_the_labs_agree_on_hardware_needs(have, need):
+    """kb keeps its own copy of the capability rule (it may not import snippets); the two must agree."""
+    from kb.labs import capability_ok as site
+    from snippets.common.hardware import capability_ok as lab
+    assert site(have, need) == lab(have, need)

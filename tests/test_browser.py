@@ -11,9 +11,6 @@ from kb.results import result_for
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Known-harmless messages: Material's search worker gets the partial query while a word is still being
 # typed ("d" of "distributed", say), and lunr rejects some of those prefixes. The final query's results
 # are asserted below, so these messages cannot hide a broken search.
@@ -28,14 +25,6 @@ HARMLESS = [re.compile(r"^Invalid query: "),
 # those at the language roots and writes a sitemap in each, so no request may fail, that one included.
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    assert Path(CHROMIUM).exists(), "Debian chromium is missing: `make test` installs it (make browser-deps)"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -16,9 +16,6 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PHONE = "Galaxy A55"                           # a mid-range Android phone (Playwright's device list)
 NETWORK = {"offline": False, "latency": 40,  # ms; ~20 Mbit/s down, 5 up, in bytes per second
            "downloadThroughput": 20e6 / 8, "uploadThroughput": 5e6 / 8}
@@ -26,6 +23,11 @@ CPU_SLOWDOWN = 4
 BUDGET_BYTES, BUDGET_FCP_MS = 1_000_000, 1500
 TEXT = re.compile(r"text/|javascript|json|xml|svg")
 SECTIONS = ("distributed", "moe", "inference", "kernels", "agents")
+
+
+def phone(browser) -> dict:
+    """Playwright's descriptor of the emulated phone, without the engine name new_context refuses."""
+    return {k: v for k, v in browser.devices[PHONE].items() if k != "default_browser_type"}
 
 
 def question_pages(site: Path, has: str | None = None, lacks: str | None = None) -> list[str]:
@@ -38,20 +40,11 @@ def question_pages(site: Path, has: str | None = None, lacks: str | None = None)
     return found
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    assert Path(CHROMIUM).exists(), "Debian chromium is missing: `make test` installs it (make browser-deps)"
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        b.phone = {k: v for k, v in p.devices[PHONE].items() if k != "default_browser_type"}
-        yield b
-        b.close()
 
 
 def visit(browser, url: str, throttle: bool = False):
     """Open url in a fresh context (empty cache) as the phone; return the page and its responses."""
-    ctx = browser.new_context(**browser.phone, locale="zh-CN")
+    ctx = browser.new_context(**phone(browser), locale="zh-CN")
     page = ctx.new_page()
     host, responses, outside = urlparse(url).netloc, [], []
     page.on("response", lambda r: responses.append(r))

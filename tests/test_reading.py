@@ -14,7 +14,7 @@ from kb.history import last_change
 from kb.lab_html import DEFAULT_ALT
 from kb.labs import colab_url, lab_meta
 from kb.pages import split_front_matter
-from test_browser import SHOTS, browser, page  # noqa: F401  (fixtures)
+from test_browser import SHOTS, page  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 STEMS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))

@@ -12,7 +12,6 @@ from urllib.parse import urlparse
 import pytest
 
 from kb.search_terms import ABBREVIATIONS, index_terms, mark_short_tokens, strip_chrome
-from test_browser import browser  # noqa: F401  (the module's Chromium fixture)
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]

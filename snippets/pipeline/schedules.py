@@ -114,8 +114,7 @@ def simulate(sched: list[list[Op]], cost: dict[str, int]) -> dict:
                 progressed = True
         if not progressed:
             raise RuntimeError(f"deadlock: devices wait on each other at {pos}")
-    makespan = max(free)
-    work = sum(cost[op.kind] for ops in sched for op in ops)
+    makespan, work = max(free), sum(cost[op.kind] for ops in sched for op in ops)
     release = "W" if split else "B"
     peak = []
     for ops in sched:

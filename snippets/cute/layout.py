@@ -164,8 +164,7 @@ def coalesce(layout: Layout, profile=None) -> Layout:
 
 # --8<-- [start:composition]
 def _compose(lshape, lstride, shape: int, stride: int) -> Layout:
-    """A o s:d for a flat, coalesced A: every d-th element of A (divide d out of A's shape from the
-    left), then the first s of those (mod s out of what is left)."""
+    """A o s:d, A flat and coalesced: every d-th element of A (d divided out from the left), then the first s."""
     if stride == 0:
         return Layout(shape, 0)
     if not isinstance(lshape, tuple):
@@ -202,8 +201,16 @@ def composition(a: Layout, b) -> Layout:
         if isinstance(s, tuple):
             return make_layout(*[rec(si, di) for si, di in zip(s, d)])
         return _compose(flat.shape, flat.stride, s, d)
-    return rec(b.shape, b.stride)
+    return _verified(a, b, rec(b.shape, b.stride))
 # --8<-- [end:composition]
+
+
+def _verified(a: Layout, b: Layout, r: Layout) -> Layout:
+    """R, after checking R(i) == A(B(i)) for every i: B's modes can meet A's across a mode boundary in a
+    way the divisibility conditions above do not see, and then no layout is the composition."""
+    if any(r(i) != a(b(i)) for i in range(size(b))):
+        raise ValueError(f"{a} o {b} is no layout: A(B(i)) is not a sum over B's modes")
+    return r
 
 
 # --8<-- [start:complement]

@@ -6,9 +6,9 @@ setup cell that names another address reaches for the network, which the test ma
 fails here instead of in Colab. Each notebook runs in a clean process outside the repository, with a fresh
 home directory, as Colab starts: the clone lands in ~/kb and nothing of this checkout is on sys.path.
 """
+import ast
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,15 +20,21 @@ from kb.labs import mkdocs_value
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-_IMPORT = re.compile(r"^(?:from (?:snippets|kb)(?:\.\w+)* import .+|import (?:snippets|kb)(?:\.\w+)*.*)$", re.M)
 
 
 def imports_of(notebook: Path) -> list[str]:
-    """The notebook's imports of its own code, at any indentation, as top-level statements."""
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    lines = [ln.strip() for ln in code.splitlines()]
-    return sorted({ln.split("  #")[0] for ln in lines if _IMPORT.match(ln) and not ln.endswith("(")})
+    """The notebook's imports of its own code (snippets, kb), wherever they stand, as top-level statements."""
+    found = set()
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "\n".join(ln for ln in "".join(cell["source"]).splitlines() if not ln.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            module = node.module if isinstance(node, ast.ImportFrom) else \
+                node.names[0].name if isinstance(node, ast.Import) else None
+            if module and module.split(".")[0] in ("snippets", "kb") and getattr(node, "level", 0) == 0:
+                found.add(ast.unparse(node))
+    return sorted(found)
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,8 @@ check: setup  ## the fast lane (< 1 min): page contract, results verification, h
 
 test: setup browser-deps  ## everything CI runs: the fast lane, then notebooks (smoke), compilers, the site, a browser
 	$(BIN)/pytest -m "not slow and not gpu"
-	$(BIN)/pytest -m "slow and not gpu" -n 2 --dist loadfile
+	$(BIN)/pytest -m "slow and serial and not gpu"
+	$(BIN)/pytest -m "slow and not serial and not gpu" -n 2 --dist loadfile
 
 # A GPU machine may bring its own CUDA build of torch: `make gpu-run GPU_PYTHON=python3` uses it as is.
 GPU_PYTHON ?= $(BIN)/python

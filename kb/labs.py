@@ -5,6 +5,7 @@ agree on what a lab needs. It imports nothing from torch or snippets, and mkdocs
 """
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -127,3 +128,44 @@ def unmet_needs(meta: LabMeta, count: int, capability: str | None) -> str | None
         shown = "no GPU" if have is None else f"sm_{have[0]}{have[1]}"
         return f"needs sm_{meta.capability.replace('.', '')} (metadata.kb.requires.capability), this machine has {shown}"
     return None
+
+
+def imported_modules(source: str) -> set[str]:
+    """Modules of snippets/ that Python source imports (`from snippets.a import b` gives a and a.b, since b
+    may be a module), read from its syntax tree; IPython magics and shell lines are skipped."""
+    code = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "snippets"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "snippets":
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def notebook_modules(notebook: Path) -> set[str]:
+    """The snippet modules a lab notebook imports directly."""
+    nb = read_notebook(notebook)
+    return set().union(*(imported_modules("".join(c.get("source", ""))) for c in nb["cells"]
+                         if c.get("cell_type") == "code"))
+
+
+def module_file(module: str) -> str | None:
+    """snippets.a.b -> snippets/a/b.py or snippets/a/b/__init__.py, None for a name that is not a module."""
+    base = module.replace(".", "/")
+    return next((p for p in (f"{base}.py", f"{base}/__init__.py") if (ROOT / p).is_file()), None)
+
+
+def snippet_closure(notebook: Path) -> set[str]:
+    """Every snippets/ file a notebook imports, directly or through other snippets, with their packages'
+    __init__.py: what a run of it must record among its inputs."""
+    todo, files = list(notebook_modules(notebook)), set()
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")
+        for i in range(1, len(parts) + 1):
+            f = module_file(".".join(parts[:i]))
+            if f and f not in files:
+                files.add(f)
+                todo += imported_modules((ROOT / f).read_text(encoding="utf-8"))
+    return files

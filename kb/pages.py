@@ -14,14 +14,13 @@ import jsonschema
 import yaml
 
 from kb import markers, prose
+from kb.labs import notebook_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas/front_matter.schema.json").read_text(encoding="utf-8"))
 VOCAB = yaml.safe_load((ROOT / "schemas/vocabulary.yml").read_text(encoding="utf-8"))
 LAB_MARKER = "<!-- lab-cards -->"
 _INCLUDE = re.compile(r'^\s*--8<-- "([^":]+)(?::[^"]*)?"', re.M)
-_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(snippets(?:\.\w+)+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)"
-                     r"|import[ \t]+(snippets(?:\.\w+)+))", re.M)
 CODE_LANGS = {"python", "py", "cuda", "cpp", "c++", "c", "cu"}
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+.-]*)[^\n]*\n(.*?)^\1\s*$", re.M | re.S)
 
@@ -91,21 +90,6 @@ def check_body(body: str, lang: str, where: str) -> None:
     for m in re.finditer(r'^--8<-- "([^"]+)"', outside_code, re.M):  # a snippet outside a fence renders as prose
         if not m.group(1).split(":")[0].endswith(".md"):
             raise PageError(f"{where}: {m.group(0)} is not inside a code fence; wrap it in ```python or ```cuda")
-
-
-def notebook_modules(notebook: Path) -> set[str]:
-    """The snippet modules a lab notebook imports directly (`from snippets.a import b` gives a and a.b)."""
-    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
-    code = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", []) if c.get("cell_type") == "code")
-    found = set()
-    for m in _IMPORT.finditer(code):
-        if m.group(3):
-            found.add(m.group(3))
-        else:
-            found.add(m.group(1))
-            names = (item.split()[0] for item in m.group(2).strip("() \n").split(",") if item.split())
-            found |= {f"{m.group(1)}.{name}" for name in names}
-    return found
 
 
 def labs_importing() -> dict[str, list[str]]:

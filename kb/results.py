@@ -23,7 +23,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from kb.labs import ROOT, LabError, lab_meta, rel, sha256
+from kb.labs import ROOT, LabError, lab_meta, rel, sha256, snippet_closure
 
 RESULTS = ROOT / "results"          # tests point this at a copy under tmp_path
 DEFAULT_GPU = "nvidia-h200"
@@ -219,7 +219,13 @@ def load(path: Path) -> Result:
             raise ResultError(f"{at}: inputs_hashed = {data.get('inputs_hashed')!r}: inputs must be hashed "
                               "'before-run'")
     _check_metrics(path, data, legacy)
-    return Result(path, data, _stale(data), legacy)
+    stale = _stale(data)
+    if not stale:  # the recorded inputs are today's files, so the code that ran imports what today's does
+        missing = sorted(snippet_closure(notebook) - set(data["inputs"]))
+        if missing:
+            raise ResultError(f"{at}: inputs lack {', '.join(missing)}, which {data['notebook']} imports: a "
+                              "result whose inputs are cut short could not tell when it goes stale")
+    return Result(path, data, stale, legacy)
 
 
 def _stem(notebook_or_stem: str) -> str:

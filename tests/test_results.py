@@ -137,6 +137,14 @@ def test_metric_edited_by_hand(good):
         f"results/nvidia-h200/02-kernel-fusion.json: metrics.{name} = 1.5 but the executed notebook recorded {value}")
 
 
+def test_an_input_dropped_from_the_json(good):
+    """Cutting a file out of `inputs` would hide every later change to it: the result would stay 'fresh'."""
+    edit(good, lambda d: d["inputs"].pop("snippets/fusion/add_layernorm.py"))
+    fails(good, "inputs lack snippets/fusion/add_layernorm.py", "notebooks/02-kernel-fusion.ipynb imports")
+    edit(good, lambda d: d["inputs"].pop("snippets/common/record.py"))
+    fails(good, "snippets/common/record.py")
+
+
 def test_metric_dropped_from_the_json(good):
     name = next(iter(json.loads(good.read_text())["metrics"]))
     edit(good, lambda d: (d["metrics"].pop(name), d["labels"].pop(name)))

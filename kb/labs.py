@@ -150,16 +150,28 @@ def notebook_modules(notebook: Path) -> set[str]:
                          if c.get("cell_type") == "code"))
 
 
+@functools.lru_cache(maxsize=64)
+def _notebook_modules(path: str, mtime_ns: int) -> frozenset:
+    return frozenset(notebook_modules(Path(path)))
+
+
 def module_file(module: str) -> str | None:
     """snippets.a.b -> snippets/a/b.py or snippets/a/b/__init__.py, None for a name that is not a module."""
     base = module.replace(".", "/")
     return next((p for p in (f"{base}.py", f"{base}/__init__.py") if (ROOT / p).is_file()), None)
 
 
+@functools.lru_cache(maxsize=512)
+def _file_modules(path: str, mtime_ns: int) -> frozenset:
+    """imported_modules of one file, parsed once per version of it."""
+    return frozenset(imported_modules(Path(path).read_text(encoding="utf-8")))
+
+
 def snippet_closure(notebook: Path) -> set[str]:
     """Every snippets/ file a notebook imports, directly or through other snippets, with their packages'
     __init__.py: what a run of it must record among its inputs."""
-    todo, files = list(notebook_modules(notebook)), set()
+    nb = Path(notebook)
+    todo, files = list(_notebook_modules(str(nb), nb.stat().st_mtime_ns)), set()
     while todo:
         module = todo.pop()
         parts = module.split(".")
@@ -167,5 +179,5 @@ def snippet_closure(notebook: Path) -> set[str]:
             f = module_file(".".join(parts[:i]))
             if f and f not in files:
                 files.add(f)
-                todo += imported_modules((ROOT / f).read_text(encoding="utf-8"))
+                todo += _file_modules(str(ROOT / f), (ROOT / f).stat().st_mtime_ns)
     return files

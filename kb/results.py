@@ -15,6 +15,7 @@ torch, triton or snippets.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -161,16 +162,24 @@ def _printed_lines(nb: dict) -> set[str]:
     return lines
 
 
+@functools.lru_cache(maxsize=64)
+def _executed(nb_path: str, mtime_ns: int, size: int) -> tuple[dict, frozenset]:
+    """(recorded metrics, printed lines) of an executed notebook, read once per version of the file: a site
+    build verifies a result at every number a page quotes from it."""
+    nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
+    return notebook_metrics(nb), frozenset(_printed_lines(nb))
+
+
 def _check_metrics(path: Path, data: dict, legacy: bool) -> None:
     at = where(path)
     nb_path = Path(path).with_suffix(".ipynb")
     try:
-        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        st = nb_path.stat()
+        recorded, lines = _executed(str(nb_path), st.st_mtime_ns, st.st_size)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ResultError(f"{at}: the executed notebook {where(nb_path)} is not readable: {e}") from e
-    recorded = notebook_metrics(nb)
+    recorded = dict(recorded)
     if legacy and not recorded:  # recorded before record.metric wrote machine-readable outputs: its printed line
-        lines = _printed_lines(nb)
         for name, value in data["metrics"].items():
             label = data["labels"][name]
             line = f"{label['en']}: {value:.4g} {label['unit']}"

@@ -1,18 +1,20 @@
-"""snippets/kernel_agent on the CPU (Triton's interpreter): every shipped cheat is rejected with the reason
-that names it, every honest candidate is accepted, crashing, hanging and memory-hogging candidates end their
-worker and not the harness; the static checks, the comparison, fast_p and the loop on their own."""
+"""snippets/kernel_agent on the CPU (Triton's interpreter): every honest candidate of every task is accepted;
+the rules judge what ran; the timing cross-check, the digests, the comparison, fast_p, the loop and the CLI."""
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from snippets.kernel_agent import checks, static
-from snippets.kernel_agent.candidates import CHEATS, CUDA, FAULTS, HONEST, softmax
-from snippets.kernel_agent.harness import DEVICE, Report, Settings, evaluate, evaluate_many, fast_p
+from snippets.kernel_agent import checks, rules, static, timing
+from snippets.kernel_agent.candidates import CHEATS, CUDA, HONEST, REFERENCE, softmax
+from snippets.kernel_agent.harness import DEVICE, Report, evaluate, evaluate_many, fast_p
 from snippets.kernel_agent.loop import LLMProposer, ScriptedProposer, run_loop
-from snippets.kernel_agent.sandbox import Limits
-from snippets.kernel_agent.spec import TASKS
-
+from snippets.kernel_agent.sandbox import ROOT
+from snippets.kernel_agent.tasks import TASKS
+from snippets.kernel_agent.worker import digest, make_inputs
 
 SOFTMAX = TASKS["softmax"]
 
@@ -22,18 +24,6 @@ def honest_reports():
     return evaluate_many([(TASKS[t], n, s) for t, n, s in HONEST + CUDA], workers=2)
 
 
-@pytest.mark.parametrize("cheat", CHEATS, ids=[c.name for c in CHEATS])
-def test_every_cheat_is_rejected_with_the_reason_that_names_it(cheat):
-    report = evaluate(SOFTMAX, cheat.source, cheat.name)
-    assert report.verdict == "rejected", report.summary()
-    assert report.reason.startswith(cheat.reason), f"{cheat.name}: expected '{cheat.reason}', got {report.reason}"
-
-
-def test_the_suite_covers_ten_exploits_with_distinct_reasons():
-    assert len(CHEATS) >= 10
-    assert len({c.reason for c in CHEATS}) == len(CHEATS)
-
-
 @pytest.mark.parametrize("i", range(len(HONEST + CUDA)), ids=[n for _, n, _ in HONEST + CUDA])
 def test_every_honest_candidate_is_accepted(honest_reports, i):
     report = honest_reports[i]
@@ -41,52 +31,103 @@ def test_every_honest_candidate_is_accepted(honest_reports, i):
         assert report.verdict == "skipped" and "needs CUDA" in report.reason  # load_inline builds for a GPU
         return
     assert report.verdict == "accepted", report.summary()
-    assert report.trials == 1 + 3 * 2 and report.speedup > 0 and report.max_error is None
+    assert report.trials >= 4 and report.speedup > 0 and report.max_error is None
 
 
-def test_faults_end_the_worker_not_the_harness():
-    """Crash (illegal address), hang and memory hog run side by side; each is reported with its verdict
-    within its limit, and the harness evaluates an honest candidate afterwards."""
-    settings = Settings(limits=Limits(call_s=6, memory_gb=1))  # room for the hog on a loaded 2-core machine
-    jobs = [(SOFTMAX, name, src) for name, (src, _) in FAULTS.items()]
-    reports = evaluate_many(jobs, workers=3, settings=settings)
-    for report, (name, (_, verdict)) in zip(reports, FAULTS.items()):
-        assert report.verdict == verdict, report.summary()
-        assert report.reason.startswith(verdict.replace("timeout", "timed out")), report.reason
-        assert report.seconds < 6 + 6, f"{name}: {report.seconds:.1f} s"
-    assert "SIGSEGV" in reports[0].reason
-    assert evaluate(SOFTMAX, softmax.FUSED, settings=settings).correct
+def test_twelve_tasks_at_two_levels_each_with_an_honest_reference():
+    assert len(TASKS) >= 12 and set(REFERENCE) == set(TASKS)
+    assert {t.level for t in TASKS.values()} == {1, 2}
 
 
-@pytest.mark.parametrize("body, reason", [
-    ("from snippets.kernel_agent.spec import softmax_reference", static.CALLS_REFERENCE),
-    ("def kernel(x, out):\n    out.copy_(reference(x))", static.CALLS_REFERENCE),
-    ("def kernel(x, out):\n    try:\n        pass\n    except Exception:\n        pass", static.TRY_FALLBACK),
-    ("import contextlib\ndef kernel(x, out):\n    with contextlib.suppress(Exception):\n        pass",
-     static.TRY_FALLBACK),
-    ("def kernel(x, out):\n    out.copy_(torch.softmax(x, -1))", static.TORCH_OP),
-    ("def kernel(x, out):\n    out.copy_(x.exp() / x.exp().sum(-1, keepdim=True))", static.TORCH_OP),
-    ("def kernel(a, b, out):\n    out.copy_(a @ b)", static.TORCH_OP),
-    ("from torch.nn import functional as G\ndef kernel(x, out):\n    out.copy_(G.dropout(x))", static.TORCH_OP),
-    ("def kernel(x, out):\n    out.copy_(torch.ops.aten.mm(x, x))", static.TORCH_OP),
-    ("import ctypes", static.FORBIDDEN_IMPORT),
-    ("from os import environ", static.FORBIDDEN_IMPORT),
-    ("def kernel(x, out):\n    eval('1')", static.DYNAMIC_CODE),
-    ("def kernel(x, out):\n    kernel.__globals__['x'] = 1", static.DYNAMIC_CODE),
-    ("torch.allclose = None", static.PATCHES),
-    ("triton.testing.do_bench = None", static.PATCHES),
-    ("def launch(x, out):\n    pass", static.NO_ENTRY),
-    ("def kernel(x, out):\n    pass", static.NO_KERNEL),
-    ("def kernel(x, out:\n", static.SYNTAX),
+def test_the_static_check_only_advises():
+    """A finding of the static check is a warning; the verdict comes from what ran."""
+    src = REFERENCE["softmax"].replace("def kernel(x, out):\n    launch(x, out)",
+                                       "def kernel(x, out):\n    try:\n        launch(x, out)\n    except ValueError:\n        raise")
+    assert src != REFERENCE["softmax"]
+    report = evaluate(SOFTMAX, src)
+    assert report.correct and any(w.startswith(static.TRY_FALLBACK) for w in report.warnings), report.summary()
+    laundered = softmax.HEADER + softmax.ROWS_KERNEL + (
+        "import operator\n\n\ndef kernel(x, out):\n    out.copy_(operator.methodcaller('softmax', -1)(x))\n")
+    assert static.check_source(laundered, SOFTMAX) == []  # the spelling hides it from the static check
+    report = evaluate(SOFTMAX, laundered)
+    assert report.reason.startswith(rules.LIBRARY_WORK) and "aten::softmax" in report.reason, report.summary()
+
+
+@pytest.mark.parametrize("profile, device, problem", [
+    ({"CPU\taten::empty": [1, 5], "CPU\taten::copy_": [2, 9]}, "cpu", rules.NO_KERNEL),
+    ({"CPU\taten::exp": [1, 5]}, "cpu", rules.LIBRARY_WORK),
+    ({"CUDA\tsoftmax_rows": [1, 900_000], "CUDA\tvoid at::native::vectorized_elementwise_kernel<4, "
+      "at::native::FillFunctor<float>>": [1, 5]}, "cuda", None),
+    ({"CUDA\tsoftmax_rows": [1, 900_000], "CUDA\tsm90_xmma_gemm_f32f32_tf32f32_f32_nn": [1, 5]}, "cuda",
+     rules.LIBRARY_WORK),
+    ({"CUDA\tsoftmax_rows_helper": [1, 900_000]}, "cuda", rules.LIBRARY_WORK),  # a name that only contains ours
+    ({"CUDA\tsoftmax_rows": [1, 1_000]}, "cuda", rules.HOST_WORK),  # 1 us of kernel in a 1 ms call
+    ({"CUDA\tMemcpy DtoH (Device -> Pageable)": [1, 5]}, "cuda", rules.NO_KERNEL),
 ])
-def test_static_check_names_the_rule(body, reason):
-    found = static.check_source(softmax.HEADER + body, SOFTMAX)
-    assert any(f.startswith(reason) for f in found), found
+def test_rules_judge_what_ran(profile, device, problem):
+    found = rules.judge(profile, REFERENCE["softmax"], device, {}, measured_ms=1.0, calls=1)
+    assert (found is None) if problem is None else found.startswith(problem), found
 
 
-@pytest.mark.parametrize("source", [s for _, _, s in HONEST + CUDA], ids=[n for _, n, _ in HONEST + CUDA])
-def test_static_checks_pass_honest_sources(source):
-    assert static.check_source(source, SOFTMAX) == []
+def test_own_kernels_are_read_from_triton_and_cuda_sources():
+    assert rules.own_kernels(REFERENCE["softmax"]) == {"softmax_rows"}
+    assert rules.own_kernels(CUDA[0][2]) == {"add_rmsnorm_kernel"}
+    assert rules._ours("_Z18add_rmsnorm_kernelPKfS0_S0_Pfif", {"add_rmsnorm_kernel"})
+
+
+def test_the_clock_check_allows_the_launchers_share_and_no_more():
+    base = timing.Baseline([timing.Measured([1.0] * 8, wall_ms=8.0 + w) for w in (9.0, 2.4, 2.2)])
+    assert base.launcher_ms == pytest.approx(2.4)  # the most the honest launcher needed, once warm
+    assert timing.unexplained(timing.Measured([0.5] * 8, 4.0 + 2.6), base, "cuda") is None
+    forged = timing.unexplained(timing.Measured([0.05] * 8, 4.0 + 2.6), base, "cuda")  # 3.6 ms hidden
+    assert forged and "harness's clock measured 6.6 ms" in forged
+
+
+def test_digests_are_exact_across_calls_and_see_every_element():
+    t = torch.randn(33, 17)
+    key = random.getrandbits(62)
+    assert digest(t, key) == digest(t.clone(), key)
+    u = t.clone()
+    u[32, 16] = torch.nextafter(u[32, 16], torch.tensor(float("inf")))
+    assert digest(u, key) != digest(t, key)
+    assert digest(t.flip(0), key) != digest(t, key) and digest(t, key) != digest(t, key + 2)
+
+
+def test_inputs_are_rebuilt_bit_for_bit_from_their_seed():
+    specs = TASKS["cross_entropy"].specs({"M": 5, "N": 40}, "shifted")
+    a, b = make_inputs(specs, 7, "cpu"), make_inputs(specs, 7, "cpu")
+    assert all(torch.equal(x, y) for x, y in zip(a, b)) and a[1].dtype == torch.int64
+    assert int(a[1].max()) < 40 and float(a[0].mean()) > 10  # targets in range; logits shifted
+    assert not torch.equal(make_inputs(specs, 8, "cpu")[0], a[0])
+
+
+def test_cli_evaluates_a_candidate_file(tmp_path):
+    path = tmp_path / "softmax.py"
+    run = [sys.executable, "-m", "snippets.kernel_agent"]
+    shown = subprocess.run(run + ["show", "--task", "softmax"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    path.write_text(shown.stdout)
+    p = subprocess.run(run + ["evaluate", "--task", "softmax", "--candidate", str(path), "--json"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["verdict"] == "accepted" and report["speedup"] > 0 and report["device"] == DEVICE
+    (tmp_path / "bad.py").write_bytes(b"\xff\xfe")
+    for args, message in [(["--task", "nope", "--candidate", str(path)], "unknown task 'nope'"),
+                          (["--task", "softmax", "--candidate", str(tmp_path / "missing.py")], "cannot read it"),
+                          (["--task", "softmax", "--candidate", str(tmp_path / "bad.py")], "cannot read it")]:
+        p = subprocess.run(run + ["evaluate", *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert p.returncode == 2 and message in p.stderr, p.stderr
+    p = subprocess.run(run + ["evaluate", "--task", "softmax", "--candidate", str(path.with_name("k.py"))],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2
+
+
+def test_a_rejected_candidate_exits_1(tmp_path):
+    path = tmp_path / "cheat.py"
+    path.write_text(next(c for c in CHEATS if c.name == "nothing_written").source)
+    p = subprocess.run([sys.executable, "-m", "snippets.kernel_agent", "evaluate", "--task", "softmax",
+                        "--candidate", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 1 and checks.NOT_WRITTEN in p.stdout
 
 
 def test_compare_names_each_failure():
@@ -128,7 +169,7 @@ def test_scripted_loop_stops_at_the_target():
     result = run_loop(SOFTMAX, proposer, target=0.0, budget=5)  # on the CPU any correct kernel meets 0x
     assert [r.verdict for r in result.history] == ["rejected", "accepted"]
     assert result.stopped.startswith("target") and result.best is result.history[1]
-    assert static.TRY_FALLBACK in proposer.seen[0].text()  # the proposer read why round 1 failed
+    assert rules.LIBRARY_WORK in proposer.seen[0].text()  # the proposer read why round 1 failed
 
 
 def test_scripted_loop_stops_at_the_budget_and_when_out_of_ideas():
@@ -150,16 +191,16 @@ def test_llm_proposer_takes_any_client_function():
     proposer = LLMProposer(lambda prompt: next(replies))
     result = run_loop(SOFTMAX, proposer, target=0.0, budget=3)
     assert [r.verdict for r in result.history] == ["rejected", "accepted"]
-    assert "softmax_reference" in proposer.prompts[0] and static.TORCH_OP in proposer.prompts[1]
+    assert "softmax_reference" in proposer.prompts[0] and rules.LIBRARY_WORK in proposer.prompts[1]
 
 
-def test_task_baselines_meet_their_own_tolerance():
-    gen = torch.Generator().manual_seed(0)
+@pytest.mark.parametrize("dist", ["normal", "uniform", "shifted"])
+def test_task_baselines_meet_their_own_tolerance(dist):
     for task in TASKS.values():
-        for shape in [task.example, *task.draw_shapes(random.Random(0), "smoke", 3)]:
-            inputs = task.make_inputs(shape, gen, "shifted")
-            ref = task.reference(*(t.double() for t in inputs))
-            assert checks.compare(task.baseline(*inputs), ref, task.atol, task.rtol)[0] is None, (task.name, shape)
+        for seed, shape in enumerate([task.example, *task.draw_shapes(random.Random(0), "smoke", 3)]):
+            inputs = make_inputs(task.specs(shape, dist), seed, "cpu")
+            problem = checks.compare(task.baseline(*inputs), task.reference_of(inputs), task.atol, task.rtol)[0]
+            assert problem is None, (task.name, shape, problem)
 
 
 def _sequential_fp32_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -203,8 +244,8 @@ def test_ncu_csv_is_parsed_and_bad_output_named():
         profile.parse("==PROF== ERROR: ERR_NVGPUCTRPERM - no permission to access GPU performance counters")
     with pytest.raises(profile.ProfileError, match="not a number"):
         profile.parse(NCU_CSV.replace('"86.41"', '"n/a"'))
-    cmd = profile.command("softmax", "/tmp/c.py")
-    assert cmd[0] == "ncu" and "--csv" in cmd and cmd[-3:] == ["snippets.kernel_agent.profile", "softmax", "/tmp/c.py"]
+    cmd = profile.command()
+    assert cmd[0] == "ncu" and "--csv" in cmd and cmd[-1] == sys.executable
 
 
 def test_loop_feedback_carries_ncu_metrics_or_says_why_not():

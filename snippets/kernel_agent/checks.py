@@ -18,6 +18,8 @@ WRONG = "wrong result"
 SPECIAL_CASED = "special-cases the published shapes"
 TIMING_PHASE = "behaves differently during timing"
 RAISED = "raised an exception"
+FORGED_TIME = "timing disagrees with the harness's clock"
+FORGED_REPLY = "reply not the launcher's"
 LOOSE_RTOL = 2e-2  # bf16/fp16/tf32 results land inside this band and outside the task's tolerance
 
 

@@ -1,4 +1,4 @@
-"""evaluate(task, source) -> Report: static checks, sandboxed trials on secret inputs, timing, re-check.
+"""evaluate(task, source) -> Report. The candidate runs in a sandbox of its own; the verdict is decided here.
 
 fast_p (KernelBench): the fraction of tasks whose kernel is correct and more than p times faster than
 the eager baseline; fast_0 is the fraction correct.
@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snippets.kernel_agent import checks, timing
+from snippets.kernel_agent import checks, rules, timing
 from snippets.kernel_agent.sandbox import Limits, SandboxError, Worker
 from snippets.kernel_agent.spec import DISTRIBUTIONS, Task
 from snippets.kernel_agent.static import check_source
+from snippets.kernel_agent.worker import digest, make_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-SUSPICIOUS_SPEEDUP = 10.0  # KernelBench's excessive_speedup_threshold: check such a kernel by hand
 
 
 @dataclass(frozen=True)
@@ -28,15 +28,15 @@ class Settings:
     mode: str = "smoke"
     shapes: int = 3  # secret shapes, stratified from small to large
     trials_per_shape: int = 2  # fresh inputs each: a cache keyed on shape returns the first answer
-    timing_sets: int = 2  # input sets rotated through the same buffers while timing, all re-checked
+    calls: int = 4  # timed calls, each on inputs of its own, every one checked
     warmup: int = 1
-    runs: int = 3
     limits: Limits = Limits()
+    trusted: bool = False  # run without the OS sandbox: only for code you wrote
 
     @classmethod
     def for_device(cls, device: str = DEVICE, **kw) -> "Settings":
         if device.startswith("cuda"):
-            kw = {"mode": "full", "shapes": 4, "timing_sets": 3, "warmup": 5, "runs": 30, **kw}
+            kw = {"mode": "full", "shapes": 2, "trials_per_shape": 1, "calls": 8, "warmup": 2, **kw}
         return cls(**kw)
 
 
@@ -47,33 +47,34 @@ class Report:
     verdict: str = "rejected"  # accepted | rejected | crashed | timeout | out of memory | skipped
     reason: str = ""
     details: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the static check's findings: advisory
     failing_shape: dict | None = None
     max_error: float | None = None
     candidate_ms: float | None = None
     baseline_ms: float | None = None
     speedup: float | None = None
     timing: str = ""
-    resources: dict = field(default_factory=dict)
     profile: dict = field(default_factory=dict)  # ncu metrics per kernel at the timing shape (the loop adds them)
     profile_note: str = ""  # why there are none, when there are none
+    kernels: list[str] = field(default_factory=list)  # what the profiler saw run during the timed calls
     trials: int = 0
     seconds: float = 0.0
-    suspicious: bool = False
 
     @property
     def correct(self) -> bool:
         return self.verdict == "accepted"
 
     def summary(self) -> str:
-        """What a proposer reads back: the verdict, the failing shape, the timings, the resources."""
+        """What a proposer reads back: the verdict, the failing shape, the timings, what ran."""
         lines = [f"{self.name} on {self.task}: {self.verdict}" + (f": {self.reason}" if self.reason else "")]
         if self.failing_shape:
             lines.append(f"failing shape: {self.failing_shape}")
         if self.speedup is not None:
             lines.append(f"candidate {self.candidate_ms:.4g} ms, eager baseline {self.baseline_ms:.4g} ms, "
                          f"speedup {self.speedup:.3g}x ({self.timing})")
-        if self.resources:
-            lines.append(f"compiled kernels: {self.resources}")
+        if self.kernels:
+            lines.append("ran: " + ", ".join(self.kernels[:6]))
+        lines += [f"static check (advisory): {w}" for w in self.warnings]
         for kernel, metrics in self.profile.items():
             lines.append(f"ncu, {kernel}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         if self.profile_note:
@@ -89,77 +90,158 @@ class _Failed(Exception):
 
 # --8<-- [start:evaluate]
 def evaluate(task: Task, source: str, name: str = "candidate", settings: Settings | None = None,
-             seed: int | None = None, static: bool = True) -> Report:
+             seed: int | None = None) -> Report:
     """Judge one candidate. `seed` only for reproducing a failure: by default it is secret and new."""
     s, start = settings or Settings.for_device(), time.perf_counter()
-    rep = Report(task.name, name)
-    problems = check_source(source, task) if static else []
-    if problems:
-        rep.reason, rep.details = problems[0], problems
-    elif "load_inline" in source and DEVICE != "cuda":
+    rep = Report(task.name, name, warnings=check_source(source, task))
+    if "load_inline" in source and DEVICE != "cuda":
         rep.verdict, rep.reason = "skipped", "skipped: needs CUDA (load_inline builds a CUDA extension)"
     else:
         rng = random.Random(secrets.randbits(64) if seed is None else seed)
-        gen = torch.Generator().manual_seed(rng.getrandbits(63))
+        base = baseline(task, s)  # the eager baseline, timed in a sandbox no candidate has touched
         try:
-            with Worker(DEVICE, s.limits) as worker:
-                _trials(task, source, s, worker, rng, gen, rep)
+            with Worker(DEVICE, s.limits, s.trusted) as worker:
+                _trials(task, source, s, worker, rng, rep)
+                _timed(task, source, s, worker, rng, rep, base)
             rep.verdict = "accepted"
         except _Failed as f:
             rep.verdict, rep.reason, rep.failing_shape, rep.max_error = f.verdict, f.reason, f.shape, f.err
         except SandboxError as e:
             rep.verdict, rep.reason = e.verdict, e.reason
-        rep.details = rep.details or ([rep.reason] if rep.reason else [])
+        rep.details = [rep.reason] if rep.reason else []
     rep.seconds = time.perf_counter() - start
     return rep
 # --8<-- [end:evaluate]
 
 
-def _trials(task, source, s, worker, rng, gen, rep) -> None:
-    def draw(shape):
-        return task.make_inputs(shape, gen, rng.choice(DISTRIBUTIONS))
+def _ask(worker: Worker, cmd: str, timeout: float, shape=None, **args) -> dict:
+    reply = worker.request(cmd, timeout, **args)
+    if "error" in reply:
+        verdict = checks.classify_error(str(reply["error"]))
+        what = verdict if verdict != "rejected" else checks.RAISED
+        raise _Failed(f"{what} during '{cmd}' ({str(reply['error'])[:500]})", verdict, shape)
+    return reply
 
-    def reference(inputs):
-        return task.reference(*(t.to(DEVICE, torch.float64) for t in inputs)).cpu()
 
-    def ask(cmd, timeout, shape=None, **args):
-        reply = worker.request(cmd, timeout, **args)
-        if "error" in reply:
-            verdict = checks.classify_error(reply["error"])
-            what = verdict if verdict != "rejected" else checks.RAISED
-            raise _Failed(f"{what} during '{cmd}' ({reply['error']})", verdict, shape)
-        return reply
+def _expect(reply: dict, key: str, kind, cmd: str):
+    value = reply.get(key)
+    if not isinstance(value, kind):
+        raise _Failed(f"{checks.FORGED_REPLY} ('{cmd}' replied {key} as {type(value).__name__})")
+    return value
 
-    bench = [draw(task.bench[s.mode]) for _ in range(s.timing_sets)]  # drawn now, revealed only when timing
-    base = ask("baseline", s.limits.load_s, task_name=task.name, sets=bench, warmup=s.warmup, runs=s.runs)
-    ask("load", s.limits.load_s, source=source, entry=task.entry)
+
+def _tensor(value, shape, dtype, what: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(shape) or value.dtype != dtype:
+        got = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise _Failed(f"{checks.WRONG} ({what}: {got}, expected {tuple(shape)} {dtype})")
+    return value
+
+
+def _judge_rules(profile, source, launches, measured_ms=None, calls=1, shape=None) -> None:
+    if not isinstance(profile, dict) or not all(isinstance(v, list) and len(v) == 2 for v in profile.values()):
+        raise _Failed(f"{checks.FORGED_REPLY} (the profile is not the launcher's)")
+    problem = rules.judge(profile, source, DEVICE, launches if isinstance(launches, dict) else {},
+                          measured_ms, calls)
+    if problem:
+        raise _Failed(problem, shape=shape)
+
+
+def _trials(task, source, s, worker, rng, rep) -> None:
+    _ask(worker, "load", s.limits.load_s, source=source, entry=task.entry)
     plan = [task.example] + [x for x in task.draw_shapes(rng, s.mode, s.shapes) for _ in range(s.trials_per_shape)]
-    earlier = []
-    for i, shape in enumerate(plan):
-        inputs = draw(shape)
-        r = ask("run", s.limits.call_s, shape, inputs=list(inputs), names=list(task.arrays(shape)),
-                out_shape=task.out_shape(shape), dtype=task.dtype, join_s=s.limits.call_s)
+    earlier, turn = [], rng.randrange(len(DISTRIBUTIONS))
+    for i, shape in enumerate(plan):  # the distributions take turns: every one is tried at least once
+        specs, seed = task.specs(shape, DISTRIBUTIONS[(turn + i) % len(DISTRIBUTIONS)]), rng.getrandbits(62)
+        r = _ask(worker, "run", s.limits.call_s, shape, specs=specs, seed=seed, out_shape=task.out_shape(shape),
+                 out_dtype=str(task.dtype).removeprefix("torch."), join_s=s.limits.call_s / 4)
         rep.trials += 1
-        problem, err = r["flags"][0] if r["flags"] else None, None
-        if problem is None:
-            problem, err = checks.compare(r["out"], reference(inputs), task.atol, task.rtol, earlier)
-            if problem and i > 0 and not problem.startswith(checks.CACHED):  # the example passed
-                problem = f"{checks.SPECIAL_CASED}: correct on the example {task.example}, not on {shape}: {problem}"
+        inputs = make_inputs(specs, seed, DEVICE)
+        out = _tensor(r.get("out"), task.out_shape(shape), task.dtype, "output").to(DEVICE)
+        returned = _expect(r, "inputs", list, "run")
+        for (name, *_), mine, theirs in zip(specs, inputs, returned):
+            if not isinstance(theirs, torch.Tensor) or not checks.same(mine, theirs.to(DEVICE)):
+                raise _Failed(f"{checks.INPUT_MUTATED} ({name} changed during the call)", shape=shape)
+        if r.get("late") is not False:
+            raise _Failed(f"{checks.LATE_WRITE} (work left running on another stream or thread after the call "
+                          "returned)", shape=shape)
+        problem, err = checks.compare(out, task.reference_of(inputs), task.atol, task.rtol, earlier)
+        if problem and i > 0 and problem.startswith((checks.WRONG, checks.PARTIAL)):  # the example passed
+            problem = f"{checks.SPECIAL_CASED}: correct on the example {task.example}, not on {shape}: {problem}"
         if problem:
             raise _Failed(problem, shape=shape, err=err)
-        earlier.append(r["out"])
-    timed = ask("time", s.limits.call_s * (s.warmup + s.runs), task.bench[s.mode], sets=bench,
-                out_shape=task.out_shape(task.bench[s.mode]), dtype=task.dtype, warmup=s.warmup, runs=s.runs)
-    for k, out in timed["outs"]:  # outputs of the last timed runs, on the inputs drawn for timing
-        problem, err = checks.compare(out, reference(bench[k]), task.atol, task.rtol)
+        _judge_rules(r.get("profile"), source, r.get("launches"), shape=shape)
+        if r.get("outside") is not False:
+            raise _Failed(f"{rules.HOST_WORK} (the output was written outside its kernels)", shape=shape)
+        earlier.append(out)
+
+
+def _timed_calls(task, s, worker, rng, timeout) -> tuple[dict, float, list, list, int]:
+    """Time s.calls calls on inputs of their own; the harness's clock brackets the whole request."""
+    shape = task.bench[s.mode]
+    specs = [task.specs(shape, rng.choice(DISTRIBUTIONS))]
+    seeds = [rng.getrandbits(62) for _ in range(s.calls)]
+    key, out = rng.getrandbits(62), dict(out_shape=task.out_shape(shape), out_dtype=str(task.dtype)[6:])
+    _ask(worker, "warm", timeout, shape, specs=specs[0], seeds=[rng.getrandbits(62) for _ in range(s.warmup)],
+         calls=s.calls, **out)
+    _ask(worker, "profile_start", timeout)  # the baseline too: the profiler's cost is the same on both sides
+    t0 = time.perf_counter()
+    r = _ask(worker, "time", timeout, shape, specs=specs[0], seeds=seeds, key=key, **out)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    r = {**r, **_ask(worker, "profile_stop", timeout)}
+    times = _expect(r, "times", list, "time")
+    if len(times) != s.calls or not all(isinstance(t, float) and t > 0 for t in times):
+        raise _Failed(f"{checks.FORGED_REPLY} ('time' replied {len(times)} times for {s.calls} calls)")
+    return r, wall_ms, times, [(specs[0], sd) for sd in seeds], key
+
+
+_BASELINES: dict = {}
+
+
+def _baseline(task: Task, s: Settings) -> timing.Baseline:
+    runs = []
+    with Worker(DEVICE, s.limits, s.trusted) as worker:  # a sandbox of its own: no candidate has been here
+        _ask(worker, "load", s.limits.load_s, source=task.baseline_source(), entry="kernel", returns=True)
+        rng = random.Random(0)
+        for _ in range(timing.REPEATS):
+            r, wall, times, _, _ = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
+            runs.append(timing.Measured(times, wall))
+    return timing.Baseline(runs)
+
+
+def baseline(task: Task, s: Settings) -> timing.Baseline:
+    """Measured once per task and settings in this process."""
+    key = (task.name, s)
+    if key not in _BASELINES:
+        _BASELINES[key] = _baseline(task, s)
+    return _BASELINES[key]
+
+
+def _timed(task, source, s, worker, rng, rep, base: timing.Baseline) -> None:
+    shape = task.bench[s.mode]
+    r, wall, times, sets, key = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
+    digests = _expect(r, "digests", list, "time")
+    if len(digests) != s.calls:
+        raise _Failed(f"{checks.FORGED_REPLY} ('time' committed {len(digests)} outputs for {s.calls} calls)")
+    forged = timing.unexplained(timing.Measured(times, wall), base, DEVICE)
+    if forged:
+        raise _Failed(f"{checks.FORGED_TIME} ({forged})", shape=shape)
+    fetched = []
+    for i, (specs, seed) in enumerate(sets):  # every timed call is checked
+        out = _tensor(_ask(worker, "fetch", s.limits.call_s * 4, indices=[i]).get("outs", [None])[0],
+                      task.out_shape(shape), task.dtype, "timed output").to(DEVICE)
+        if digest(out, key) != digests[i]:
+            raise _Failed(f"{checks.FORGED_REPLY} (timed call {i}: the output fetched is not the one committed "
+                          "to before the clock stopped)", shape=shape)
+        inputs = make_inputs(specs, seed, DEVICE)
+        problem, err = checks.compare(out, task.reference_of(inputs), task.atol, task.rtol, fetched)
         if problem:
-            raise _Failed(f"{checks.TIMING_PHASE} (re-check on the timing inputs: {problem})",
-                          shape=task.bench[s.mode], err=err)
-    rep.resources = ask("resources", 30)["resources"]
-    rep.candidate_ms, rep.baseline_ms = timing.median(timed["times"]), timing.median(base["times"])
+            raise _Failed(f"{checks.TIMING_PHASE} (timed call {i}: {problem})", shape=shape, err=err)
+        fetched.append(out)
+    _judge_rules(r.get("profile"), source, r.get("launches"), timing.median(times), s.calls, shape)
+    rep.kernels = sorted(k.split("\t", 1)[1] for k in r["profile"] if k.startswith("CUDA\t"))
+    rep.candidate_ms, rep.baseline_ms = timing.median(times), timing.median(base.times)
     rep.speedup = rep.baseline_ms / rep.candidate_ms
     rep.timing = timing.CUDA_NOTE if DEVICE == "cuda" else timing.CPU_NOTE
-    rep.suspicious = DEVICE == "cuda" and rep.speedup > SUSPICIOUS_SPEEDUP
 
 
 def evaluate_many(jobs: list[tuple[Task, str, str]], workers: int | None = None, **kw) -> list[Report]:

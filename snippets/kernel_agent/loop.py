@@ -51,8 +51,8 @@ class LLMProposer:
         self.complete, self.mode, self.prompts = complete, mode, []
 
     def propose(self, task: Task, feedback: Feedback | None) -> str | None:
-        prompt = (f"{describe(task, self.mode)}\nUse Triton (@triton.jit) or CUDA C++ via load_inline; no PyTorch op "
-                  "may do the work; no try/except.\n" + (feedback.text() if feedback else "first attempt") +
+        prompt = (f"{describe(task, self.mode)}\nUse Triton (@triton.jit) or CUDA C++ via load_inline.\n"
+                  + (feedback.text() if feedback else "first attempt") +
                   "\nReply with the whole module in one ```python block.")
         self.prompts.append(prompt)
         found = re.search(r"```(?:python)?\n(.*?)```", self.complete(prompt), re.S)
@@ -97,6 +97,6 @@ def add_profile(report: Report, task: Task, source: str, device: str = DEVICE) -
         report.profile_note = f"ncu: not run ({reason})"
         return
     try:
-        report.profile = profile.profile(task.name, source)
+        report.profile = profile.profile(task, source)
     except profile.ProfileError as e:
         report.profile_note = f"ncu: failed ({e})"

@@ -1,18 +1,17 @@
 """Nsight Compute metrics of an accepted candidate, for the proposer's feedback where ncu is available: the
-candidate runs once more at the timing shape, in a process of its own under `ncu --csv`, and only the launches
+candidate runs once more at the timing shape, in a sandbox of its own under `ncu --csv`, and only the launches
 between torch.cuda.profiler.start() and stop() (the candidate's call) are profiled."""
 from __future__ import annotations
 
 import csv
 import io
-import os
+import json
 import shutil
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from snippets.kernel_agent import sandbox
+
 METRICS = {"gpu__time_duration.sum": "time_ns",
            "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct",
@@ -32,9 +31,9 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def command(task_name: str, source_path: str, ncu: str = "ncu") -> list[str]:
-    return [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
-            sys.executable, "-m", "snippets.kernel_agent.profile", task_name, source_path]
+def command(ncu: str = "ncu") -> list[str]:
+    """ncu around the launcher's profile mode, which reads the candidate and its inputs from stdin."""
+    return [ncu, "--csv", "--profile-from-start", "off", "--metrics", ",".join(METRICS), sys.executable]
 
 
 def parse(text: str) -> dict[str, dict[str, float]]:
@@ -57,45 +56,26 @@ def parse(text: str) -> dict[str, dict[str, float]]:
     return found
 
 
-def profile(task_name: str, source: str, timeout: float = 300.0) -> dict[str, dict[str, float]]:
-    """Run the candidate once under ncu; raises ProfileError with ncu's own words when it fails."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "candidate.py"
-        path.write_text(source)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        try:
-            p = subprocess.run(command(task_name, str(path)), capture_output=True, text=True, timeout=timeout,
-                               cwd=ROOT, env=env, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            raise ProfileError(f"ncu did not finish within {timeout:.0f} s")
-        if p.returncode != 0:
-            raise ProfileError(f"ncu exited with {p.returncode}: {(p.stderr or p.stdout)[-600:]}")
-        return parse(p.stdout)
-
-
-def _run(task_name: str, path: str) -> None:
-    """In the profiled process: one call at the timing shape, after a warm-up call that compiles."""
-    import importlib.util
-
-    import torch
-
-    from snippets.kernel_agent.spec import TASKS
-
-    task = TASKS[task_name]
-    spec = importlib.util.spec_from_file_location("candidate", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def profile(task, source: str, timeout: float = 300.0, trusted: bool = False) -> dict[str, dict[str, float]]:
+    """Run the candidate once under ncu, in a sandbox like its evaluation's; raises ProfileError with ncu's
+    own words when it fails."""
     shape = task.bench["full"]
-    inputs = [t.cuda() for t in task.make_inputs(shape, torch.Generator().manual_seed(0), "normal")]
-    out = torch.empty(task.out_shape(shape), dtype=task.dtype, device="cuda")
-    fn = getattr(module, task.entry)
-    fn(*inputs, out)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    fn(*inputs, out)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
-
-
-if __name__ == "__main__":
-    _run(*sys.argv[1:3])
+    job = json.dumps({"source": source, "entry": task.entry, "specs": task.specs(shape, "normal"), "seed": 0,
+                      "out_shape": list(task.out_shape(shape)), "out_dtype": str(task.dtype)[6:]})
+    limits = sandbox.Limits()
+    if trusted:
+        argv, env = command() + [sandbox.launcher.__file__, "profile"], None
+    else:
+        problem = sandbox.isolation_problem("cuda")
+        if problem:
+            raise ProfileError(f"no sandbox for ncu: {problem}")
+        argv = sandbox.bwrap_argv("cuda", limits) + ["--"] + command() + [sandbox.INSIDE, "profile"]
+        env = {"PATH": "/usr/bin:/bin"}
+    try:
+        p = subprocess.run(argv, input=job, capture_output=True, text=True, timeout=timeout, env=env,
+                           start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise ProfileError(f"ncu did not finish within {timeout:.0f} s")
+    if p.returncode != 0:
+        raise ProfileError(f"ncu exited with {p.returncode}: {(p.stderr or p.stdout)[-600:]}")
+    return parse(p.stdout)

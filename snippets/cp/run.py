@@ -2,21 +2,14 @@
 attention: the output and the gradients of q, k and v must match; records the bytes each rank sends."""
 from __future__ import annotations
 
-import socket
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from snippets.common import gloo
 from snippets.common.checks import max_rel_error
 from snippets.cp import attention as cp
 
 
-def _worker(rank: int, t: int, port: int, cfg: dict, out):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=t)
+def _worker(rank: int, t: int, cfg: dict) -> dict:
     b, h, s, d = cfg["batch"], cfg["heads"], cfg["seq"], cfg["dim"]
     g = torch.Generator().manual_seed(cfg["seed"])
     q, k, v, dout = (torch.randn(b, h, s, d, generator=g, dtype=torch.float64) for _ in range(4))
@@ -40,31 +33,13 @@ def _worker(rank: int, t: int, port: int, cfg: dict, out):
         result["one_head"] = "ran"
     except ValueError as e:
         result["one_head"] = str(e)
-    out.put((rank, result))
-    dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return result
 
 
 def run(world: int = 4, batch: int = 1, heads: int = 4, seq: int = 32, dim: int = 8, seed: int = 0) -> dict:
     """{rank: {"ring": {...}, "ulysses": {...}, "one_head": why Ulysses refused one head}}"""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     cfg = dict(batch=batch, heads=heads, seq=seq, dim=dim, seed=seed)
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, cfg, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(60)
-        if p.exitcode != 0:
-            raise RuntimeError(f"rank process exited with {p.exitcode}")
-    return results
+    return gloo.spawn(_worker, world, cfg)
 
 
 def rel(a: float, b: float) -> float:

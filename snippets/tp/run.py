@@ -3,12 +3,10 @@ sequence parallelism, against the unsplit layer: the output, the input's gradien
 gradient must match. Records the bytes each rank sends and the bytes of activations it saves for backward."""
 from __future__ import annotations
 
-import socket
-
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from snippets.common import gloo
 from snippets.common.checks import max_rel_error
 from snippets.tp import parallel as tp
 
@@ -35,11 +33,7 @@ def _full_grad(local: torch.Tensor, rank: int, t: int, dim: int | None) -> torch
     return torch.cat(parts, dim)
 
 
-def _worker(rank: int, t: int, port: int, cfg: dict, out):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=t)
+def _worker(rank: int, t: int, cfg: dict) -> dict:
     s, b, h = cfg["seq"], cfg["batch"], cfg["hidden"]
     p = tp.init_layer(h, cfg["heads"], cfg["seed"])
     x = torch.randn(s, b, h, generator=torch.Generator().manual_seed(cfg["seed"] + 1), dtype=torch.float64)
@@ -70,31 +64,13 @@ def _worker(rank: int, t: int, port: int, cfg: dict, out):
             err = max(err, max_rel_error(_full_grad(g, rank, t, dim), ref_grads[name]))
         result["sp" if sp else "tp"] = {"max_rel_error": err, "sent_bytes": sent, "saved_bytes": saved,
                                         "comm_formula": tp.comm_formula(s, b, h, t, 8, sp)}
-    out.put((rank, result))
-    dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return result
 
 
 def run(world: int = 4, seq: int = 16, batch: int = 2, hidden: int = 64, heads: int = 8, seed: int = 0) -> dict:
     """{rank: {"tp": {...}, "sp": {...}, "reference_saved_bytes": n}}"""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     cfg = dict(seq=seq, batch=batch, hidden=hidden, heads=heads, seed=seed)
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, cfg, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(60)
-        if p.exitcode != 0:
-            raise RuntimeError(f"rank process exited with {p.exitcode}")
-    return results
+    return gloo.spawn(_worker, world, cfg)
 
 
 def rel(a: float, b: float) -> float:

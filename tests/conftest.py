@@ -96,7 +96,7 @@ SLOW_FILES = {"test_browser.py", "test_reading.py", "test_light.py", "test_a11y.
               "test_fusion.py", "test_fusion_cases.py", "test_gemm.py", "test_kernel_agent.py",
               "test_kernel_agent_redteam.py", "test_kernel_agent_sandbox.py",
               "test_nccl_busbw.py", "test_nccl_doctor.py", "test_nccl_messages.py", "test_nccl_info.py",
-              "test_search.py", "test_colab.py", "test_zero.py", "test_pipeline.py", "test_tp.py", "test_cp.py"}
+              "test_search.py", "test_colab.py", "test_zero.py", "test_pipeline.py", "test_tp.py", "test_cp.py", "test_ckpt.py"}
 # Serial: files whose tests write into the checkout itself (test_gpu_run scaffolds notebooks/90-fixture-lab.ipynb,
 # which docs/labs shows to a site build running beside it); `make test` runs them before the parallel slow lane.
 SERIAL_FILES = {"test_gpu_run.py"}

@@ -1,9 +1,11 @@
 """Run one function on `world` gloo ranks on the CPU, each in a spawned process, and collect what each returns."""
 from __future__ import annotations
 
+import io
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -17,7 +19,9 @@ def free_port() -> int:
 def _rank(rank: int, world: int, port: int, fn, cfg: dict, out) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    out.put((rank, fn(rank, world, cfg)))
+    buf = io.BytesIO()
+    torch.save(fn(rank, world, cfg), buf)  # as bytes: a tensor shared by reference would die with this process
+    out.put((rank, buf.getvalue()))
     dist.destroy_process_group()
 
 
@@ -29,7 +33,7 @@ def spawn(fn, world: int, cfg: dict, timeout_s: float = 300) -> dict:
     procs = [ctx.Process(target=_rank, args=(r, world, port, fn, cfg, out)) for r in range(world)]
     for p in procs:
         p.start()
-    results = dict(out.get(timeout=timeout_s) for _ in procs)
+    results = {r: torch.load(io.BytesIO(b), weights_only=True) for r, b in (out.get(timeout=timeout_s) for _ in procs)}
     for p in procs:
         p.join(60)
         if p.exitcode != 0:

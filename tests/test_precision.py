@@ -46,3 +46,12 @@ def test_loss_scaling_rescues_small_gradients():
     unscaled, scaled = fp8.underflow_fraction(grads, 1.0), fp8.underflow_fraction(grads, 2.0 ** 16)
     assert unscaled > 0.3 and scaled < 0.05, (unscaled, scaled)
     assert fp8.underflow_fraction(grads, 1.0, torch.bfloat16) == 0.0  # bf16 has fp32's exponent range
+
+
+@pytest.mark.skipif(__import__("snippets.precision.fp8_gemm", fromlist=["x"]).fp8_supported() is not None,
+                    reason="needs a CUDA GPU with FP8 tensor cores (compute capability 8.9 or 9.0)")
+def test_fp8_gemm_is_close_to_bf16_and_timed():
+    from snippets.precision.fp8_gemm import measure
+
+    r = measure(1024, 1024, 1024)
+    assert 0 < r["rel_error"] < 0.1 and r["bf16_ms"] > 0 and r["fp8_ms"] > 0

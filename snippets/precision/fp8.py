@@ -24,6 +24,7 @@ def _scale(amax: torch.Tensor) -> torch.Tensor:
     return amax.clamp(min=1e-12) / E4M3_MAX
 
 
+# --8<-- [start:recipes]
 def per_tensor(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """One scale for all of a [M, K], one for all of b [K, N]."""
     return quantize(a, _scale(a.abs().amax())) @ quantize(b, _scale(b.abs().amax()))
@@ -38,6 +39,7 @@ def blockwise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     bt = b.view(k // TILE, TILE, n // TILE, TILE)
     qb = quantize(bt, _scale(bt.abs().amax((1, 3), keepdim=True))).view(k, n)
     return qa @ qb  # the products summed in the input's precision: DeepSeek-V3 promotes to fp32 every 128
+# --8<-- [end:recipes]
 
 
 def activations_with_outliers(m: int, k: int, gen: torch.Generator, channels: int = 4, size: float = 100.0):
@@ -53,7 +55,9 @@ def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).norm() / want.norm())
 
 
+# --8<-- [start:loss_scale]
 def underflow_fraction(grads: torch.Tensor, scale: float, dtype: torch.dtype = torch.float16) -> float:
     """Share of nonzero fp32 gradients that become zero in `dtype` after multiplying by `scale`."""
     nonzero = grads != 0
     return float(((grads * scale).to(dtype) == 0)[nonzero].float().mean())
+# --8<-- [end:loss_scale]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from snippets.common import gloo
 from snippets.pipeline.schedules import one_f_one_b
 
 
@@ -76,29 +77,15 @@ def reference_grads(seed: int, p: int, m: int, rows: int, dim: int) -> list[tupl
     return [(w.grad, b.grad) for w, b in zip(ws, bs)]
 
 
-def _worker(rank, p, port, cfg, out):
-    import os
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker(rank, p, cfg):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=p)
     m, rows, dim = cfg["m"], cfg["rows"], cfg["dim"]
     ws, bs, x, y = make_problem(cfg["seed"], p, m, rows, dim, dtype=torch.float32)
     w, b = ws[rank].requires_grad_(True), bs[rank].requires_grad_(True)
     peak = run_stage(rank, p, m, w, b, (rows, dim), xs=list(x.split(rows)), ys=list(y.split(rows)))
-    out[rank] = {"w_grad": w.grad.clone(), "b_grad": b.grad.clone(), "peak_held": peak}
-    dist.destroy_process_group()
+    return {"w_grad": w.grad.clone(), "b_grad": b.grad.clone(), "peak_held": peak}
 
 
 def run(p: int = 4, m: int = 8, rows: int = 16, dim: int = 64, seed: int = 0) -> dict:
     """Spawn p ranks running 1F1B; returns {rank: {"w_grad", "b_grad", "peak_held"}}."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = mp.Manager().dict()
-    mp.spawn(_worker, args=(p, port, dict(m=m, rows=rows, dim=dim, seed=seed), out), nprocs=p, join=True)
-    return dict(out)
+    return gloo.spawn(_worker, p, dict(m=m, rows=rows, dim=dim, seed=seed))

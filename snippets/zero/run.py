@@ -4,14 +4,14 @@ gradients and the updated weights must match. Records each rank's bytes sent per
 from __future__ import annotations
 
 import copy
-import socket
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from snippets.common import gloo
 from snippets.common.checks import max_rel_error
-from snippets.zero.stages import STRATEGIES, Trainer, comm_formula, flatten, memory_formula, tiny_transformer
+from snippets.zero.stages import STRATEGIES, Trainer, comm_formula, memory_formula, tiny_transformer
 
 
 def reference(units, xs, ys, lr):
@@ -60,13 +60,10 @@ def fsdp2(units, x, y, lr, steps_ref):
 # --8<-- [end:fsdp2]
 
 
-def _worker(rank, world, port, cfg, out):
-    import os
+def _worker(rank, world, cfg):
     import warnings
 
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # our outputs see no in-place ops
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     dtype = getattr(torch, cfg["dtype"])
     units = tiny_transformer(cfg["dim"], cfg["layers"], seed=cfg["seed"], dtype=dtype)
     g = torch.Generator().manual_seed(cfg["seed"] + 1)
@@ -94,23 +91,15 @@ def _worker(rank, world, port, cfg, out):
                            "memory_formula": memory_formula("zero3", psi, world, elem, elem, 2 * elem)}
     except Exception as e:  # noqa: BLE001 -- reported, not hidden: the caller decides whether FSDP2 must run
         result["fsdp2"] = {"error": f"{type(e).__name__}: {e}"}
-    out[rank] = result
-    dist.destroy_process_group()
+    return result
 
 
 def run(world: int = 4, dim: int = 32, layers: int = 2, seq: int = 8, batch: int = 2, steps: int = 3,
         lr: float = 1e-2, dtype: str = "float64", seed: int = 0) -> dict:
     """Spawn `world` gloo ranks; return each rank's errors, bytes sent per step and bytes held, with the
     formulas, keyed by rank."""
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = mp.Manager().dict()
     cfg = dict(dim=dim, layers=layers, seq=seq, batch=batch, steps=steps, lr=lr, dtype=dtype, seed=seed)
-    mp.spawn(_worker, args=(world, port, cfg, out), nprocs=world, join=True)
-    return dict(out)
+    return gloo.spawn(_worker, world, cfg)
 
 
 def rel(got: float, want: float) -> float:

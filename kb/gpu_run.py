@@ -20,6 +20,7 @@ git blob hash equals the manifest's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -178,9 +179,33 @@ def provenance(inputs: list[str]) -> tuple[str | None, bool, str]:
     return commit, True, ""
 
 
+@contextlib.contextmanager
+def commit_for_notebooks():
+    """In manifest mode the tree's .git (if any) is from another commit, and a notebook's environment cell
+    asks git for HEAD: point git at a folder whose HEAD is KB_COMMIT, so the notebook prints the commit the
+    JSON records. Outside manifest mode, nothing changes."""
+    commit = os.environ.get("KB_COMMIT", "")
+    if not os.environ.get("KB_MANIFEST") or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        yield
+        return
+    with tempfile.TemporaryDirectory() as git_dir:
+        (Path(git_dir) / "objects").mkdir()
+        (Path(git_dir) / "refs").mkdir()
+        (Path(git_dir) / "HEAD").write_text(commit + "\n")
+        before = os.environ.get("GIT_DIR")
+        os.environ["GIT_DIR"] = git_dir
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("GIT_DIR", None)
+            else:
+                os.environ["GIT_DIR"] = before
+
+
 def run_one(path: Path, mode: str, out: Path, device: dict, partial: bool = False) -> Path:
     before = hash_inputs(path)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, commit_for_notebooks():
         nb, record, seconds = execute(path, mode, Path(tmp) / "record.json")
     notebook = rel(path)
     if not record.get("modules"):

@@ -11,7 +11,7 @@ from snippets.cp import run as cr
 
 @pytest.fixture(scope="module")
 def ranks():
-    return cr.run(world=4, batch=1, heads=4, seq=32, dim=8, seed=fresh_seed())
+    return cr.run(world=4, batch=2, heads=4, seq=32, dim=8, seed=fresh_seed())
 
 
 @pytest.mark.parametrize("kind", ["ring", "ulysses"])

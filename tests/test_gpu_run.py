@@ -188,3 +188,19 @@ def test_a_manifest_wins_over_a_git_folder_of_another_commit(tmp_path, monkeypat
     (tmp_path / "manifest.txt").write_text(listing.replace(gpu_run.git_blob(ROOT / inputs[0]), "0" * 40))
     commit, clean, why = gpu_run.provenance(inputs)
     assert not clean and "snippets/common/timing.py" in why
+
+
+def test_notebooks_see_the_manifest_commit_not_the_stale_git(tmp_path, monkeypatch):
+    """The environment cell asks git for HEAD; in manifest mode it must print KB_COMMIT, as the JSON does."""
+    from snippets.common.env import _run
+
+    (tmp_path / "manifest.txt").write_text("")
+    monkeypatch.setenv("KB_COMMIT", "c0ffee" + "1" * 34)
+    monkeypatch.setenv("KB_MANIFEST", str(tmp_path / "manifest.txt"))
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    with gpu_run.commit_for_notebooks():
+        assert _run(["git", "rev-parse", "--short=12", "HEAD"]) == "c0ffee111111"
+    assert "GIT_DIR" not in __import__("os").environ
+    monkeypatch.delenv("KB_MANIFEST")  # outside manifest mode git answers from the repository as before
+    with gpu_run.commit_for_notebooks():
+        assert _run(["git", "rev-parse", "--short=12", "HEAD"]) != "c0ffee111111"

@@ -115,8 +115,9 @@ class _HeadsToSeq(torch.autograd.Function):
 
 def _all_to_all(x: torch.Tensor) -> torch.Tensor:
     """x: [t, ...], slice j goes to rank j; returns [t, ...], slice j from rank j."""
-    out = torch.empty_like(x)
-    dist.all_to_all_single(out, x.contiguous())
+    x = x.contiguous()
+    out = torch.empty_like(x)  # empty_like(view) would copy the view's strides; gloo writes rows in order
+    dist.all_to_all_single(out, x)
     SENT["bytes"] += x.numel() * x.element_size() * (x.shape[0] - 1) // x.shape[0]
     return out
 

@@ -23,19 +23,21 @@ KERNEL, AGENT = "kernels/kernel-level-optimization/", "agents/agent-cuda-kernels
 ZERO, PIPE, TENSOR, CONTEXT, CKPT = ("training/zero-data-parallelism/", "training/pipeline-parallelism/",
                                      "training/tensor-parallelism/", "training/context-parallelism/",
                                      "training/distributed-checkpointing/")
-MIXED = "training/mixed-precision-fp8/"
+MIXED, MEMORY = "training/mixed-precision-fp8/", "training/memory-estimation/"
 
 ZH_QUERIES = {
     "分页": INFER, "生产者": HOPPER, "消费者": HOPPER, "投机解码": INFER, "量化": INFER,
     "连续批处理": INFER, "大模型推理优化": INFER, "飞行记录器": NCCL, "看门狗": NCCL, "专家并行": MOE, "负载均衡": MOE, "路由": MOE,
     "权重同步": MOE, "TP": TENSOR, "序列并行": TENSOR, "环形注意力": CONTEXT, "长上下文训练": CONTEXT, "检查点": CKPT, "损失缩放": MIXED, "EP": MOE, "寄存器溢出": SLOW, "融合用 Triton 还是 CUTLASS": TOOLS,
     "手写 CUDA": KERNEL, "让 AI 写 CUDA": AGENT, "warp 专用化": HOPPER, "流水线并行": PIPE, "数据并行": ZERO,
+    "显存估算": MEMORY, "激活重算": MEMORY,
 }
 EN_QUERIES = {
     "nccl timeout": NCCL, "flight recorder": NCCL, "watchdog timeout": NCCL, "collective timeout": NCCL,
     "paged attention": INFER, "KV": INFER, "speculative decoding": INFER, "quantization": INFER,
     "TP": TENSOR, "sequence parallelism": TENSOR, "ring attention": CONTEXT, "ulysses": CONTEXT, "async checkpoint": CKPT, "fp8 training": MIXED, "EP": MOE, "PP": PIPE, "expert load balancing": MOE, "optimize moe rl": MOE,
     "zero stage 3": ZERO, "fsdp vs ddp": ZERO, "1F1B bubble": PIPE,
+    "how much gpu memory to train": MEMORY, "activation memory recomputation": MEMORY,
     "warp specialization": HOPPER, "WS": HOPPER, "TMA": HOPPER, "producer consumer": HOPPER,
     "register spill": SLOW, "triton vs cutlass": TOOLS, "CuTe DSL": KERNEL, "agent cuda kernel": AGENT,
 }

@@ -82,5 +82,5 @@ def test_allocator_peak_matches_the_estimate():
     for recompute in ("none", "full"):
         r = measure(c, 2, 1024, recompute)
         e = est.training_peak(c, 2, 1024, recompute)
-        assert r["activations"] == e.activations
+        assert abs(e.activations / r["activations"] - 1) < 0.01  # the allocator rounds each block up to 512 bytes
         assert abs(e.peak / r["peak"] - 1) < 0.05, (e.peak, r["peak"])

@@ -70,6 +70,8 @@ def build():
                 total = total + buf[base + w]
             return total
 
+    # --8<-- [end:kernel]
+    # --8<-- [start:row]
         h = []
         s = cutlass.Float32(0.0)
         for j in cutlass.range_constexpr(tiles):
@@ -85,7 +87,7 @@ def build():
         rstd = cute.math.rsqrt(block_sum(q, partial, warps, lane, warp) / cutlass.Float32(tiles * TILE) + eps)
         for j in cutlass.range_constexpr(tiles):
             store(gY, row, j, (h[j] - mean) * rstd * load(gW, 0, j) + load(gB, 0, j))
-    # --8<-- [end:kernel]
+    # --8<-- [end:row]
 
     @cute.jit
     def launch(mX: cute.Tensor, mR: cute.Tensor, mH: cute.Tensor, mY: cute.Tensor, mW: cute.Tensor,

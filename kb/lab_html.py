@@ -8,8 +8,10 @@ hooks/lab_pages.py applies them.
 """
 from __future__ import annotations
 
+import ast
 import html as html_lib
 import re
+from pathlib import Path
 
 from kb.strings import t
 
@@ -18,6 +20,9 @@ _HEADING = re.compile(r'<h([1-6]) id="([^"]*)">(.*?)<a class="anchor-link" href=
 _CJK = "\u3000-\u303f\u3400-\u9fff\uff00-\uffef"
 _BILINGUAL = re.compile(rf"^(.*[{_CJK}].*?)\s*/\s+([^{_CJK}]+)$")
 _TITLE_CALL = re.compile(r"""\b(?:set_title|suptitle|title)\(\s*(f?)(["'])(.+?)(?<!\\)\2""")
+_TITLE_ARG = re.compile(r"""\btitle\s*=\s*(f?)(["'])(.+?)(?<!\\)\2""")
+_DRAWS = re.compile(r"\b(?:plt\.|subplots\(|\.plot\(|\.barh?\(|\.imshow\(|\.scatter\(|\.loglog\(|set_title\()")
+_LABEL_CALL = re.compile(r"""\bset_([xy])label\(\s*(f?)(["'])(.+?)(?<!\\)\3""")
 
 
 def slug(text: str) -> str:
@@ -81,16 +86,80 @@ def pick_language(heading: str, lang: str) -> str:
     return heading if not m else m.group(1 if lang == "zh" else 2).strip()
 
 
+def _literal(fstring: str, text: str) -> str | None:
+    if fstring and "{" in text:
+        return None  # an f-string's text is known only when the code runs
+    text = " ".join(text.replace("\\n", " ").split())
+    return text if text.strip("… ") else None
+
+
 def _titles(source: str) -> list[str]:
-    found = []
-    for m in _TITLE_CALL.finditer(source):
-        text = m.group(3)
-        if m.group(1) and "{" in text:
-            continue  # an f-string's title is known only when the code runs
-        text = " ".join(text.replace("\\n", " ").split())
-        if text.strip("… "):
-            found.append(text)
-    return found
+    found = [_literal(m.group(1), m.group(3)) for m in _TITLE_CALL.finditer(source)]
+    return [t for t in found if t]
+
+
+def _axes(source: str) -> str:
+    labels = {}
+    for m in _LABEL_CALL.finditer(source):
+        text = _literal(m.group(2), m.group(4))
+        if text:
+            labels.setdefault(m.group(1), text)
+    return ", ".join(f"{axis}: {labels[axis]}" for axis in "xy" if axis in labels)
+
+
+def _imported_functions(nb: dict) -> dict[str, tuple[str, str]]:
+    """Names the notebook binds to functions of its snippets: {'plot_bandwidth': (file, name),
+    'schedule.plot_timelines': (file, name)}, for reading the code that draws each figure."""
+    from kb.labs import ROOT, module_file
+
+    names = {}
+    for cell in nb["cells"]:
+        if cell.get("cell_type") != "code":
+            continue
+        source = "\n".join(ln for ln in "".join(cell.get("source", "")).splitlines() if not ln.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("snippets")):
+                continue
+            for alias in node.names:
+                as_module = module_file(f"{node.module}.{alias.name}")
+                if as_module:
+                    names[f"{alias.asname or alias.name}."] = (str(ROOT / as_module), "")
+                elif module_file(node.module):
+                    names[alias.asname or alias.name] = (str(ROOT / module_file(node.module)), alias.name)
+    return names
+
+
+def _first_sentence(doc: str) -> str:
+    text = " ".join(doc.split("\n\n")[0].split())
+    return re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
+
+
+def _drawn_by(source: str, functions: dict[str, tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(descriptions, axis labels) of the snippet functions this cell calls that draw: a literal title= at
+    the call, else the titles the function sets, else its docstring's first sentence; read from their code."""
+    texts, axes = [], []
+    for m in re.finditer(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*\(", source):
+        module, _, attr = m.group(1).rpartition(".")
+        file, name = functions.get(m.group(1), ("", ""))
+        if module and not file:
+            file, name = functions.get(f"{module}.", ("", ""))[0], attr
+        if not file or not name:
+            continue
+        code = Path(file).read_text(encoding="utf-8")
+        fn = next((n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        body = ast.get_source_segment(code, fn) or "" if fn else ""
+        if not _DRAWS.search(body):
+            continue  # a helper the cell calls, not the code that draws
+        title = next((t for t in (_literal(a.group(1), a.group(3)) for a in _TITLE_ARG.finditer(source[m.start():m.start() + 400])) if t), None)
+        found = [title] if title else _titles(body) or ([_first_sentence(ast.get_docstring(fn))] if ast.get_docstring(fn) else [])
+        texts += [t for t in found if t and t not in texts]
+        if _axes(body):
+            axes.append(_axes(body))
+    return texts, axes
 
 
 def _first_comment(source: str) -> str:
@@ -102,9 +171,12 @@ def _first_comment(source: str) -> str:
 
 
 def figure_descriptions(nb: dict, lang: str) -> list[str]:
-    """One description per image output of the notebook, in order: its section heading, then the
-    figure's title as the code sets it (set_title, suptitle) or, failing that, the cell's first comment."""
+    """One description per image output of the notebook, in order: its section heading, then what the code
+    that draws it says: the titles and axis labels the cell sets, and those of the snippet functions it calls
+    (their set_title, a literal title= at the call, or their docstring's first line); failing all that, the
+    cell's first comment."""
     heading, out = "", []
+    functions = _imported_functions(nb)
     for cell in nb["cells"]:
         source = "".join(cell.get("source", ""))
         if cell.get("cell_type") == "markdown":
@@ -113,11 +185,13 @@ def figure_descriptions(nb: dict, lang: str) -> list[str]:
                     heading = pick_language(re.sub(r"[*`_]", "", line.lstrip("#").strip()), lang)
             continue
         images = [o for o in cell.get("outputs", []) if any(k.startswith("image/") for k in o.get("data", {}))]
-        detail = "; ".join(_titles(source)) or _first_comment(source)
+        drawn, axes = _drawn_by(source, functions) if images else ([], [])
+        detail = "; ".join(_titles(source) + drawn) or _first_comment(source)
+        axes = [a for a in [_axes(source)] + axes if a]
         for i, _ in enumerate(images, 1):
-            parts = [p for p in (heading, detail) if p]
+            text = " — ".join(p for p in (heading, detail) if p) + (f" ({axes[0]})" if axes else "")
             part = f" ({i}/{len(images)})" if len(images) > 1 else ""
-            out.append(f"{t(lang, 'figure')} {len(out) + 1}: " + " — ".join(parts) + part)
+            out.append(f"{t(lang, 'figure')} {len(out) + 1}: " + text + part)
     return out
 
 

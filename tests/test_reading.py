@@ -236,6 +236,18 @@ def test_404_page_switches_to_the_language_roots(built_site):
     assert heads == ["/ai-infra-kb/", "/ai-infra-kb/en/"], "the 404 page kept the last page's twins"
 
 
+def test_each_language_has_its_own_404_page(built_site):
+    """The root 404 is the default language's (static hosts serve it for any missing path); /en/404.html is
+    English (hosts that look up the nearest 404 serve it under /en/)."""
+    root, en = html_of(built_site, "404.html"), html_of(built_site, "en/404.html")
+    assert re.search(r'<html lang="zh', root) and re.search(r'<html lang="en"', en)
+    assert "页面不存在" in root and "Not found" in en and "页面不存在" not in en
+    assert 'href="/ai-infra-kb/study-path/"' in root and 'href="/ai-infra-kb/en/study-path/"' in en
+    for html in (root, en):
+        links = dict((lang, href) for href, lang in re.findall(r'<a href="([^"]+)" hreflang="([a-z]+)"', html))
+        assert links == {"zh": "/ai-infra-kb/", "en": "/ai-infra-kb/en/"}, links
+
+
 def test_alternate_links_point_where_a_sitemap_is(built_site):
     for rel in ["kernels/fusion-slowdown/index.html", "en/labs/00-gpu-ceilings/index.html", "index.html"]:
         html = html_of(built_site, rel)

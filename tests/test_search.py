@@ -27,7 +27,7 @@ MIXED, MEMORY = "training/mixed-precision-fp8/", "training/memory-estimation/"
 
 ZH_QUERIES = {
     "分页": INFER, "生产者": HOPPER, "消费者": HOPPER, "投机解码": INFER, "量化": INFER,
-    "连续批处理": INFER, "大模型推理优化": INFER, "飞行记录器": NCCL, "看门狗": NCCL, "专家并行": MOE, "负载均衡": MOE, "路由": MOE,
+    "连续批处理": INFER, "大模型推理优化": INFER, "飞行记录器": NCCL, "FR": NCCL, "看门狗": NCCL, "专家并行": MOE, "负载均衡": MOE, "路由": MOE,
     "权重同步": MOE, "TP": TENSOR, "序列并行": TENSOR, "环形注意力": CONTEXT, "长上下文训练": CONTEXT, "检查点": CKPT, "损失缩放": MIXED, "EP": MOE, "寄存器溢出": SLOW, "融合用 Triton 还是 CUTLASS": TOOLS,
     "手写 CUDA": KERNEL, "让 AI 写 CUDA": AGENT, "warp 专用化": HOPPER, "流水线并行": PIPE, "数据并行": ZERO,
     "显存估算": MEMORY, "LoRA 显存": MEMORY,

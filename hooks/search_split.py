@@ -24,6 +24,10 @@ from kb.search_terms import abbreviation_terms, index_terms, mark_short_tokens, 
 _CONFIG = re.compile(r'(<script id="__config" type="application/json">)(.*?)(</script>)', re.S)
 # `terms` counts like the text, `keys` (words of the title, abbreviations) like the title.
 EXTRA_FIELDS = {"terms": {"boost": 1.0}, "keys": {"boost": 1000.0}}
+# The site-wide pipeline keeps only the stop-word filter (lunr's stemmer and trimmer break Chinese words);
+# without the trimmer, English tokens keep their punctuation ("from," "memory?"), which a prefix search for
+# an abbreviation such as FR then matches. The English index has no Chinese words to protect.
+ENGLISH_PIPELINE = ["trimmer", "stopWordFilter"]
 
 
 def _locales(config) -> list[str]:
@@ -78,5 +82,8 @@ def on_post_build(config):
                 unique.append(doc)
         out = site / prefix / "search/search_index.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        data = {"config": dict(index["config"], fields=fields), "docs": unique}
+        config_ = dict(index["config"], fields=fields)
+        if prefix:  # a language other than the default: trim punctuation off English tokens
+            config_["pipeline"] = ENGLISH_PIPELINE
+        data = {"config": config_, "docs": unique}
         out.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")

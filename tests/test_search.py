@@ -33,7 +33,7 @@ ZH_QUERIES = {
     "显存估算": MEMORY, "LoRA 显存": MEMORY,
 }
 EN_QUERIES = {
-    "nccl timeout": NCCL, "flight recorder": NCCL, "watchdog timeout": NCCL, "collective timeout": NCCL,
+    "nccl timeout": NCCL, "flight recorder": NCCL, "FR": NCCL, "watchdog timeout": NCCL, "collective timeout": NCCL,
     "paged attention": INFER, "KV": INFER, "speculative decoding": INFER, "quantization": INFER,
     "TP": TENSOR, "sequence parallelism": TENSOR, "ring attention": CONTEXT, "ulysses": CONTEXT, "async checkpoint": CKPT, "fp8 training": MIXED, "EP": MOE, "PP": PIPE, "expert load balancing": MOE, "optimize moe rl": MOE,
     "zero stage 3": ZERO, "fsdp vs ddp": ZERO, "1F1B bubble": PIPE,

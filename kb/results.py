@@ -79,18 +79,33 @@ def where(path: Path) -> str:
     return "results/" + path.relative_to(root).as_posix() if path.is_relative_to(root) else rel(path)
 
 
+_VALIDATOR = jsonschema.validators.validator_for(RESULT_SCHEMA)(RESULT_SCHEMA)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, mtime_ns: int, size: int, at: str) -> str:
+    """The file's JSON, checked against the result schema, once per version of the file (a build quotes each
+    result hundreds of times); returned as text so that every caller gets its own copy."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultError(f"{at}: not readable JSON: {e}") from e
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:
+        field_ = ".".join(map(str, error.absolute_path)) or "(top level)"
+        raise ResultError(f"{at}: breaks the result contract at {field_}: {error.message}")
+    return text
+
+
 def _read(path: Path) -> dict:
     """JSON, schema and the file's own consistency; no verification against the notebook."""
     at = where(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        st = Path(path).stat()
+    except OSError as e:
         raise ResultError(f"{at}: not readable JSON: {e}") from e
-    try:
-        jsonschema.validate(data, RESULT_SCHEMA)
-    except jsonschema.ValidationError as e:
-        field_ = ".".join(map(str, e.absolute_path)) or "(top level)"
-        raise ResultError(f"{at}: breaks the result contract at {field_}: {e.message}") from e
+    data = json.loads(_parsed(str(path), st.st_mtime_ns, st.st_size, at))
     if Path(data["notebook"]).stem != Path(path).stem:
         raise ResultError(f"{at}: notebook = {data['notebook']}, but the file is named for {Path(path).stem}")
     if data["notebook"] not in data["inputs"]:
@@ -103,8 +118,22 @@ def _read(path: Path) -> dict:
     return data
 
 
+@functools.lru_cache(maxsize=4096)
+def _hash(path: str, mtime_ns: int, size: int) -> str:
+    return sha256(Path(path))
+
+
+def _current_hash(path: Path) -> str | None:
+    """sha256 of a file, once per version of it (mtime and size), None if it is not a file."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _hash(str(path), st.st_mtime_ns, st.st_size) if path.is_file() else None
+
+
 def _stale(data: dict) -> list[str]:
-    return [p for p, h in data["inputs"].items() if not (ROOT / p).is_file() or sha256(ROOT / p) != h]
+    return [p for p, h in data["inputs"].items() if _current_hash(ROOT / p) != h]
 
 
 def legacy_entries() -> dict[str, dict]:

@@ -55,3 +55,15 @@ def test_fp8_gemm_is_close_to_bf16_and_timed():
 
     r = measure(1024, 1024, 1024)
     assert 0 < r["rel_error"] < 0.1 and r["bf16_ms"] > 0 and r["fp8_ms"] > 0
+
+
+def test_per_tensor_scaling_loses_ordinary_values_only_when_outliers_exhaust_e4m3s_range():
+    """E4M3 spans about 2^15 in normals: outliers a thousand sigmas wide leave ordinary values normal under one
+    scale per tensor; a hundred thousand push them into subnormals, where 1x128 tiles keep most of them."""
+    errors = {}
+    for size in (100.0, 1e5):
+        g = torch.Generator().manual_seed(3)
+        a, cols = fp8.activations_and_outliers(256, 1024, g, size=size)
+        errors[size] = fp8.ordinary_error(a, cols)
+    assert abs(errors[100.0]["per_tensor"] / errors[100.0]["blockwise"] - 1) < 0.1, errors
+    assert errors[1e5]["per_tensor"] > 3 * errors[1e5]["blockwise"], errors

@@ -42,12 +42,29 @@ def blockwise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 # --8<-- [end:recipes]
 
 
-def activations_with_outliers(m: int, k: int, gen: torch.Generator, channels: int = 4, size: float = 100.0):
-    """N(0, 1) activations with a few outlier channels, as LLM activations have (LLM.int8(), SmoothQuant)."""
+def activations_and_outliers(m: int, k: int, gen: torch.Generator, channels: int = 4, size: float = 100.0):
+    """(N(0, 1) activations with a few outlier channels, as LLM activations have (LLM.int8(), SmoothQuant),
+    the outlier channels' indices)."""
     x = torch.randn(m, k, generator=gen, dtype=torch.float64)
     cols = torch.randperm(k, generator=gen)[:channels]
     x[:, cols] *= size
-    return x
+    return x, cols
+
+
+def activations_with_outliers(m: int, k: int, gen: torch.Generator, channels: int = 4, size: float = 100.0):
+    return activations_and_outliers(m, k, gen, channels, size)[0]
+
+
+def ordinary_error(a: torch.Tensor, outliers: torch.Tensor) -> dict[str, float]:
+    """Relative error of the quantised activations on the ordinary channels alone, per recipe: where one scale
+    per tensor pushes ordinary values into FP8's subnormals or to zero, and 1x128 tiles do not."""
+    m, k = a.shape
+    keep = torch.ones(k, dtype=torch.bool)
+    keep[outliers] = False
+    at = a.view(m, k // TILE, TILE)
+    tiles = quantize(at, _scale(at.abs().amax(-1, keepdim=True))).view(m, k)
+    tensor = quantize(a, _scale(a.abs().amax()))
+    return {"per_tensor": rel_error(tensor[:, keep], a[:, keep]), "blockwise": rel_error(tiles[:, keep], a[:, keep])}
 
 
 def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:

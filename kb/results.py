@@ -83,29 +83,24 @@ _VALIDATOR = jsonschema.validators.validator_for(RESULT_SCHEMA)(RESULT_SCHEMA)
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(path: str, mtime_ns: int, size: int, at: str) -> str:
-    """The file's JSON, checked against the result schema, once per version of the file (a build quotes each
-    result hundreds of times); returned as text so that every caller gets its own copy."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultError(f"{at}: not readable JSON: {e}") from e
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
-    if error is not None:
-        field_ = ".".join(map(str, error.absolute_path)) or "(top level)"
-        raise ResultError(f"{at}: breaks the result contract at {field_}: {error.message}")
-    return text
+def _schema_error(text: str) -> tuple[str, str] | None:
+    """(field, message) of the first way this JSON text breaks the result schema, None if it does not; once
+    per distinct text (a build quotes each result hundreds of times)."""
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(json.loads(text)))
+    return None if error is None else (".".join(map(str, error.absolute_path)) or "(top level)", error.message)
 
 
 def _read(path: Path) -> dict:
     """JSON, schema and the file's own consistency; no verification against the notebook."""
     at = where(path)
     try:
-        st = Path(path).stat()
-    except OSError as e:
+        text = Path(path).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ResultError(f"{at}: not readable JSON: {e}") from e
-    data = json.loads(_parsed(str(path), st.st_mtime_ns, st.st_size, at))
+    error = _schema_error(text)
+    if error is not None:
+        raise ResultError(f"{at}: breaks the result contract at {error[0]}: {error[1]}")
     if Path(data["notebook"]).stem != Path(path).stem:
         raise ResultError(f"{at}: notebook = {data['notebook']}, but the file is named for {Path(path).stem}")
     if data["notebook"] not in data["inputs"]:
@@ -118,22 +113,8 @@ def _read(path: Path) -> dict:
     return data
 
 
-@functools.lru_cache(maxsize=4096)
-def _hash(path: str, mtime_ns: int, size: int) -> str:
-    return sha256(Path(path))
-
-
-def _current_hash(path: Path) -> str | None:
-    """sha256 of a file, once per version of it (mtime and size), None if it is not a file."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return _hash(str(path), st.st_mtime_ns, st.st_size) if path.is_file() else None
-
-
 def _stale(data: dict) -> list[str]:
-    return [p for p, h in data["inputs"].items() if _current_hash(ROOT / p) != h]
+    return [p for p, h in data["inputs"].items() if not (ROOT / p).is_file() or sha256(ROOT / p) != h]
 
 
 def legacy_entries() -> dict[str, dict]:

@@ -277,3 +277,25 @@ def test_result_that_is_not_json(tmp_path, monkeypatch):
     bad.write_text('{"notebook": ')
     with pytest.raises(ResultError, match="^results/nvidia-h200/00-x.json: not readable JSON"):
         load(bad)
+
+
+def test_a_rewrite_of_the_same_size_is_verified_again(good):
+    """Results are validated once per distinct text: a change that keeps the size and lands within the
+    file system's timestamp granularity is still read and verified."""
+    text = good.read_text()
+    assert load(good).fresh is not None
+    good.write_text(text.replace('"lab_mode": "full"', '"lab_mode": "fu11"'))  # same size, breaks the schema
+    assert good.stat().st_size == len(text.encode())
+    fails(good, "lab_mode")
+
+
+def test_an_input_changed_in_place_makes_the_result_stale(good, tmp_path, monkeypatch):
+    """A same-size edit of an input, moments after it was hashed, is seen: inputs are hashed on every load."""
+    data = json.loads(good.read_text())
+    copy = tmp_path / "snippet.py"
+    copy.write_text("x = 1\n")
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    data["inputs"] = {"snippet.py": results.sha256(copy)}
+    assert results._stale(data) == []
+    copy.write_text("x = 2\n")
+    assert results._stale(data) == ["snippet.py"]

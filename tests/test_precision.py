@@ -67,3 +67,14 @@ def test_per_tensor_scaling_loses_ordinary_values_only_when_outliers_exhaust_e4m
         errors[size] = fp8.ordinary_error(a, cols)
     assert abs(errors[100.0]["per_tensor"] / errors[100.0]["blockwise"] - 1) < 0.1, errors
     assert errors[1e5]["per_tensor"] > 3 * errors[1e5]["blockwise"], errors
+
+
+@pytest.mark.gpu
+def test_fine_grained_fp8_gemm_reads_its_scales_right():
+    from snippets.precision import fp8_gemm
+
+    if fp8_gemm.fp8_supported() is not None:
+        pytest.skip(fp8_gemm.fp8_supported())
+    layout, how = fp8_gemm.blockwise_layout()
+    assert layout is not None, how
+    assert fp8_gemm.measure_blockwise(512, 1024, 768, layout)["rel_error"] < 0.1

@@ -6,7 +6,7 @@ BIN   := $(VENV)/bin
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help setup browser-deps serve build check test gpu-run gpu-manifest new-question clean
+.PHONY: help setup browser-deps serve build check test publish-check gpu-run gpu-manifest new-question clean
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -35,18 +35,27 @@ serve: setup  ## serve the site on http://127.0.0.1:8000/ai-infra-kb/
 build: setup  ## build the site into site/
 	$(BIN)/mkdocs build --strict
 
+# Both lanes end with the labs whose GPU results are not fresh (kb/freshness.py): a state, not a failure.
+FRESHNESS := $(BIN)/python -m kb.freshness --report
+
 check: setup  ## the fast lane (< 1 min): page contract, results verification, hooks, snippet unit tests
-	$(BIN)/pytest -m "not slow and not gpu"
+	@$(BIN)/pytest -m "not slow and not gpu" -n 2 --dist loadfile; status=$$?; $(FRESHNESS); exit $$status
 
 test: setup browser-deps  ## everything CI runs: the fast lane, then notebooks (smoke), compilers, the site, a browser
-	$(BIN)/pytest -m "not slow and not gpu"
+	$(BIN)/pytest -m "not slow and not gpu" -n 2 --dist loadfile
 	$(BIN)/pytest -m "slow and serial and not gpu"
 	$(BIN)/pytest -m "slow and not serial and not gpu" -n 2 --dist loadfile
+	@$(FRESHNESS)
 
 # A GPU machine may bring its own CUDA build of torch: `make gpu-run GPU_PYTHON=python3` uses it as is.
 GPU_PYTHON ?= $(BIN)/python
-gpu-run: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)  ## on a GPU machine: run every lab at full size, refresh results/
-	$(GPU_PYTHON) -m kb.gpu_run $(NOTEBOOKS) $(if $(OUT_DIR),--out $(OUT_DIR))
+# STALE=1 runs only the labs whose results are not fresh, most quoted first, inside BUDGET_S seconds (1500).
+gpu-run: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)  ## on a GPU machine: run every lab (STALE=1: the stale ones) at full size, refresh results/
+	$(GPU_PYTHON) -m kb.gpu_run $(NOTEBOOKS) $(if $(OUT_DIR),--out $(OUT_DIR)) $(if $(STALE),--stale) \
+	  $(if $(BUDGET_S),--budget-s $(BUDGET_S))
+
+publish-check: setup  ## before publishing: fail if a page would show a stale, legacy or missing GPU number
+	$(BIN)/python -m kb.freshness --publish-check
 
 # For a GPU machine that gets a copy of the tree without .git: run there with
 # KB_COMMIT=<the printed commit> KB_MANIFEST=<the copied manifest> make gpu-run

@@ -2,7 +2,7 @@
 
 `<!-- metric LAB NAME [%] [gpu=SLUG] -->` becomes the recorded value, `<!-- lab-cards -->` a card
 per lab of the page followed by where its quoted numbers come from, `<!-- lab-index -->` a card for
-every lab, `<!-- glossary -->` the glossary table. Every value comes from a verified result under
+every lab, `<!-- glossary -->` the glossary table, `<!-- freshness -->` the state of every lab's result. Every value comes from a verified result under
 results/; a missing lab, result or metric fails the build, naming the page.
 """
 import sys
@@ -40,6 +40,7 @@ def on_page_markdown(markdown, page, config, files):
             "metric": lambda m: render.quote(m, lang, page_dir, gpu),
             "lab-cards": cards, "lab-index": index,
             "glossary": lambda _m: glossary.table(lang),
+            "freshness": lambda _m: render.freshness_table(lang, page_dir),
         })
     except (ValueError, LabError) as e:
         raise PluginError(f"{where}: {e}") from e

@@ -15,7 +15,11 @@ GPU machine that got a copy of the tree without .git: KB_COMMIT=<40 hex> and KB_
 of `git ls-files -s` at that commit, from `make gpu-manifest`>; the tree is clean when every input's
 git blob hash equals the manifest's.
 
+With --stale, only the labs whose result on this GPU is not fresh run, each in a process of its own,
+inside a time budget (kb/rerecord.py).
+
     python -m kb.gpu_run [NOTEBOOK ...] [--mode full|smoke] [--out results] [--allow-cpu] [--partial]
+    python -m kb.gpu_run --stale [--budget-s 1500] [NOTEBOOK ...]
 """
 from __future__ import annotations
 
@@ -242,7 +246,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="run without a GPU (tests of this runner); needs an --out other than results/")
     ap.add_argument("--partial", action="store_true",
                     help="run labs whose hardware needs are unmet anyway, into results/<slug>/partial/")
+    ap.add_argument("--stale", action="store_true",
+                    help="run only the labs whose result on this GPU is stale, legacy or missing (kb/rerecord.py)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="with --stale: stop before this many seconds (default 1500)")
     args = ap.parse_args(argv)
+    if args.budget_s is not None and not args.stale:
+        print("gpu-run: --budget-s goes with --stale", file=sys.stderr)
+        return 2
+    if args.stale and (args.partial or args.mode != "full"):
+        print("gpu-run: --stale re-records full results only (no --partial, no --mode smoke)", file=sys.stderr)
+        return 2
     paths = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     if args.allow_cpu and args.out.resolve() == RESULTS.resolve():
         print("gpu-run: --allow-cpu writes only to an --out folder other than results/", file=sys.stderr)
@@ -253,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     if not device.get("cuda") and not args.allow_cpu:
         print("gpu-run: no CUDA GPU on this machine; results/ holds GPU results only", file=sys.stderr)
         return 2
+    if args.stale:
+        from kb import rerecord
+
+        child = ["--out", str(args.out)] + (["--allow-cpu"] if args.allow_cpu else [])
+        return rerecord.main(args.notebooks, args.budget_s or rerecord.DEFAULT_BUDGET_S, gpu_slug(device["name"]),
+                             device.get("count") or 0, device.get("capability"), child)
     try:
         partial = {}
         for p in paths:

@@ -2,7 +2,7 @@
 
     <!-- metric 02-kernel-fusion fused_speedup -->            a recorded number, quoted
     <!-- metric 00-gpu-ceilings ridge_point_flop_per_byte % gpu=nvidia-h200 -->
-    <!-- lab-cards -->    <!-- lab-index -->    <!-- glossary -->    <!-- study-path -->
+    <!-- lab-cards -->    <!-- lab-index -->    <!-- glossary -->    <!-- study-path -->    <!-- freshness -->
 
 An HTML comment whose first word is not a shortcode name is an ordinary comment and is left alone;
 one whose first word is a shortcode but whose arguments break its signature is an error naming the
@@ -56,7 +56,7 @@ def _no_args(m: Marker) -> str | None:
 
 SIGNATURES: dict[str, Callable[[Marker], str | None]] = {
     "metric": _check_metric, "lab-cards": _no_args, "lab-index": _no_args, "glossary": _no_args,
-    "study-path": _no_args,
+    "study-path": _no_args, "freshness": _no_args,
 }
 
 

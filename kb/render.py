@@ -47,9 +47,12 @@ def hardware_needs(notebook: str, lang: str) -> list[str]:
 
 
 def state(result: Result, lang: str) -> str:
-    if result.legacy:
-        return t(lang, "legacy") + ("" if result.fresh else " · " + t(lang, "stale"))
-    return t(lang, "fresh") if result.fresh else t(lang, "stale")
+    """fresh, legacy, or stale with the inputs that changed since the run."""
+    if result.fresh:
+        return t(lang, "legacy") if result.legacy else t(lang, "fresh")
+    files = ", ".join(result.stale[:3]) + (" …" if len(result.stale) > 3 else "")
+    stale = f"{t(lang, 'stale')} ({t(lang, 'stale_files', files=files)})"
+    return f"{t(lang, 'legacy')} · {stale}" if result.legacy else stale
 
 
 def provenance(result: Result, lang: str) -> str:
@@ -174,3 +177,25 @@ def sources(markers_: list[Marker], lang: str, default_gpu: str | None = None) -
     items = "\n".join(f"- `{Path(lab).stem}`: {md_text(provenance(r, lang))}"
                       for (lab, _), r in sorted(seen.items()))
     return f'??? note "{t(lang, "sources")}"\n\n' + "\n".join("    " + ln for ln in items.splitlines()) + "\n"
+
+
+def freshness_table(lang: str, page_dir: str) -> str:
+    """Every lab with the state of its GPU result (kb/freshness.py): GPU, state, commit, date, duration and,
+    for a stale one, the inputs that changed since the run."""
+    from kb.freshness import lab_states
+
+    head = t(lang, "freshness_head")
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * (len(head) - 1) + ["---:"]) + " |"]
+    for s in lab_states():
+        r = s.result
+        link = f"[{md_text(s.stem)}]({lab_link(s.notebook, page_dir)})"
+        words = t(lang, f"freshness_state.{s.state}")
+        if s.state == "stale":
+            words += " · " + md_text(t(lang, "stale_files", files=", ".join(s.changed)))
+        if r is not None and r.legacy and s.state != "legacy":
+            words += " · " + t(lang, "legacy")
+        cells = [link, md_text(r.data["device"]["name"]) if r else "–", words,
+                 f"`{r.commit[:10]}`" if r and r.commit else "–", r.data["executed_at"][:10] if r else "–",
+                 fmt(float(r.data["seconds"])) if r else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -24,10 +24,32 @@ def test_metrics_table_in_both_languages_escapes_data():
 def test_provenance_names_gpu_commit_and_state():
     line = render.provenance(result(), "en")
     assert "NVIDIA H200" in line and "commit c9ce68d23c" in line and "matches the current code" in line
-    assert "stale" in render.provenance(result(stale=["snippets/x.py"]), "en")
+    assert "stale (changed since the run: snippets/x.py)" in render.provenance(result(stale=["snippets/x.py"]), "en")
+    assert "运行后已变更：snippets/x.py" in render.provenance(result(stale=["snippets/x.py"]), "zh")
+    many = render.provenance(result(stale=["a.py", "b.py", "c.py", "d.py"]), "en")
+    assert "a.py, b.py, c.py …" in many and "d.py" not in many
     assert "recorded before commits were kept" in render.provenance(result(legacy=True), "en")
 
 
 def test_data_tables_are_collapsible_and_escaped():
     md = render.data_tables(result(), "en")
     assert md.startswith('??? info "Sweep"') and "    | 1,048,576 | 431.2 |" in md and "&lt;i&gt;GB/s" in md
+
+
+def test_freshness_table_has_a_row_per_lab_with_its_state():
+    from kb.freshness import lab_states
+
+    states = lab_states()
+    table = render.freshness_table("en", ".")
+    rows = [ln for ln in table.splitlines()[2:]]
+    assert len(rows) == len(states) == len(list((render.ROOT / "notebooks").glob("*.ipynb")))
+    for s, row in zip(states, rows):
+        assert row.startswith(f"| [{render.md_text(s.stem)}](labs/{s.stem}.ipynb) |"), row
+        words = {"fresh": "| fresh |", "stale": "| stale · changed since the run: ", "missing": "| no GPU result yet |",
+                 "legacy": "| recorded before commits were kept |"}[s.state]
+        assert words in row, row
+        if s.result is not None:
+            assert f"| {s.result.data['executed_at'][:10]} |" in row
+        for f in s.changed:
+            assert render.md_text(f) in row
+    assert render.freshness_table("zh", "a").splitlines()[0] == "| 实验 | GPU | 状态 | 提交 | 记录日期 | 用时（秒） |"

@@ -231,6 +231,11 @@ def check_deploy_order(texts: dict[str, str]) -> list[str]:
                        and str((s.get("with") or {}).get("path", "")).rstrip("/") == "results"
                        for s in steps(bjob)):
                 problems.append(f"{name}:{b}: builds the site without the GPU job's results/ artifact")
+            script = runs(bjob)
+            gate = next((i for i, r in enumerate(script) if "make publish-check" in r), None)
+            build = next((i for i, r in enumerate(script) if "make build" in r), None)
+            if gate is None or build is None or gate > build:
+                problems.append(f"{name}:{b}: must run `make publish-check` before `make build` (runs {script})")
     return problems
 
 
@@ -365,6 +370,7 @@ jobs:
     steps:
       - uses: actions/download-artifact@{SHA} # v4.3.0
         with: {{name: results, path: results/}}
+      - run: make publish-check
       - run: make build
       - uses: actions/upload-pages-artifact@{SHA} # v3.0.1
   deploy:
@@ -405,8 +411,12 @@ BROKEN = [
      "    needs: build\n    runs-on: [self-hosted, gpu]"),
     (check_deploy_order, "publish.yml", "    needs: gpu\n    runs-on: ubuntu-24.04",
      "    needs: gpu\n    runs-on: [self-hosted, gpu]"),
-    (check_deploy_order, "publish.yml", "with: {name: results, path: results/}\n      - run: make build",
-     "with: {name: screenshots, path: shots/}\n      - run: make build"),
+    (check_deploy_order, "publish.yml", "with: {name: results, path: results/}\n      - run: make publish-check",
+     "with: {name: screenshots, path: shots/}\n      - run: make publish-check"),
+    # the publishing gate: no stale number is built into the site
+    (check_deploy_order, "publish.yml", "      - run: make publish-check\n", ""),
+    (check_deploy_order, "publish.yml", "      - run: make publish-check\n      - run: make build\n",
+     "      - run: make build\n      - run: make publish-check\n"),
     # permissions
     (check_permissions, "publish.yml", "permissions:\n  contents: read\n", ""),
     (check_permissions, "publish.yml", "permissions:\n  contents: read\n", "permissions:\n  contents: write\n"),

@@ -164,6 +164,12 @@ def check_prose(body: str, lang: str, where: str) -> None:
     if crowded:
         raise PageError(f"{where}:{crowded[0]}: more than one sentence on a line; write one sentence per line "
                         f"(lines {', '.join(map(str, crowded[:8]))})")
+    comparisons = prose.unquoted_comparisons(body, references)
+    if comparisons:
+        shown = "; ".join(f"line {n} ({kind}): {' '.join(s.split())[:80]!r}" for n, kind, s in comparisons[:3])
+        raise PageError(f"{where}: {len(comparisons)} comparison(s) of measurements neither quoted nor cited ({shown}): "
+                        "quote the lab's result with <!-- metric LAB NAME --> in the sentence or its paragraph, "
+                        "or cite the source with [^id]")
     hits = prose.uncited(body, references)
     if hits:
         shown = "; ".join(f"line {n}: {num!r}" for n, num in hits[:5])

@@ -5,6 +5,11 @@ A number followed by a bandwidth, throughput, time or speed-up unit (4,800 GB/s,
 with a `<!-- metric ... -->` marker or cites where it comes from: a footnote (`[^id]`) or a web link
 in the same sentence. Code, maths, shortcodes, footnote definitions and the references section are
 not prose.
+
+A sentence that compares (faster, slower, beats, loses, 倍, 快于, ...) is held to more: a ratio or
+percentage in it is quoted or cited too, and where it says the comparison was measured here (measured,
+the lab, on the H200, 实测, 实验里, ...) its paragraph quotes the lab with a marker, so that a stale figure
+is flagged where the conclusion is drawn.
 """
 from __future__ import annotations
 
@@ -23,6 +28,16 @@ _STRIP = [re.compile(p, re.S | re.M) for p in (
 _SENTENCE = re.compile(r"(?<=[。！？])|(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bvs\.)(?<!\bal\.)(?<=[.!?])\s+(?=[^\s\[])")
 
 
+_COMPARES = re.compile(
+    r"(?i)\b(?:faster|slower|quicker|beats?|beaten|beating|loses?|losing|lost to|outperforms?|outperformed|"
+    r"wins?|won|falls? behind|fell behind|ahead of)\b|\d\s?×(?!\s*\d)|更快|更慢|快于|慢于|快过|慢过|胜过|赢|"
+    r"输给|输于|落后|领先|提速|反而慢|略慢|不如|比[^，。；：]{1,30}?[快慢]")
+_RATIO = re.compile(r"(?<![\w.^-])\d[\d,]*(?:\.\d+)?\s?(?:%|倍)")
+_HERE = re.compile(r"(?i)\bmeasured\b|\brecorded\b|\b(?:the|this|our) lab\b|\bon (?:the|an|one) H200\b|实测|测得|测出|"
+                   r"记录的|在 H200 上|本实验|实验里|实验中")
+_MARKER = re.compile(r"<!--\s*metric\s")
+
+
 def _blank(match: re.Match) -> str:
     return re.sub(r"[^\n]", " ", match.group(0))
 
@@ -38,6 +53,42 @@ def uncited(body: str, references_heading: str) -> list[tuple[int, str]]:
             if _CITED.search(sentence):
                 continue
             found += [(lineno, m.group(0)) for m in MEASURED.finditer(sentence)]
+    return found
+
+
+def _paragraphs(raw_lines: list[str]) -> list[int]:
+    """For each line, the index of its paragraph (a run of non-blank lines; a table is one paragraph)."""
+    ids, current, blank = [], 0, True
+    for line in raw_lines:
+        if not line.strip():
+            current += 0 if blank else 1
+            blank = True
+        blank = blank and not line.strip()
+        ids.append(current)
+    return ids
+
+
+def unquoted_comparisons(body: str, references_heading: str) -> list[tuple[int, str, str]]:
+    """(line number in `body`, 'ratio' or 'conclusion', the sentence) for each comparison that should quote
+    a recorded result (module docstring) and does not."""
+    raw = body.split(f"\n## {references_heading}", 1)[0]
+    text = raw
+    for pattern in _STRIP:
+        text = pattern.sub(_blank, text)
+    raw_lines = raw.splitlines()
+    para = _paragraphs(raw_lines)
+    quoted = {para[i] for i, line in enumerate(raw_lines) if _MARKER.search(line)}
+    found = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        for sentence in _sentences(line):
+            if not _COMPARES.search(sentence) or _CITED.search(sentence):
+                continue
+            if _RATIO.search(sentence):
+                found.append((lineno, "ratio", sentence.strip()))
+            elif _HERE.search(sentence) and para[lineno - 1] not in quoted:
+                found.append((lineno, "conclusion", sentence.strip()))
     return found
 
 

@@ -138,6 +138,36 @@ def test_a_number_typed_into_prose_needs_a_citation(docs):
     _fails(docs / "kernels/q.md", docs, "measured-looking", "'4,800 GB/s'")
 
 
+@pytest.mark.parametrize("text, kind", [
+    ("融合版比 eager 快 30%。", "ratio"),
+    ("实测融合版比 torch.compile 快。", "conclusion"),
+    ("在 H200 上，手写反向输给 torch.compile。", "conclusion"),
+    ("| 行归约 | 本站实测快于手写版 |", "conclusion"),
+])
+def test_a_comparison_of_measurements_is_quoted_or_cited(docs, text, kind):
+    _edit(docs / "kernels/q.md", "## 实验\n", f"## 实验\n\n{text}\n")
+    _fails(docs / "kernels/q.md", docs, f"({kind})", "comparison(s) of measurements")
+
+
+@pytest.mark.parametrize("text", [
+    "实测融合版比 torch.compile 快 <!-- metric 02-kernel-fusion add_layernorm_fwd_speedup_vs_compile -->。",
+    "实测融合版比 torch.compile 快。\n同一形状上它是 <!-- metric 02-kernel-fusion add_layernorm_fwd_speedup_vs_compile -->。",
+    "| 行归约 | 本站实测快于手写版 |\n| 数字 | <!-- metric 02-kernel-fusion add_layernorm_fwd_speedup_vs_compile --> |",
+    "论文里融合版比 eager 快 30%[^1]。",
+    "实测带宽见下表。",
+    "融合为什么会变慢，见下一节。",
+])
+def test_a_quoted_cited_or_plain_sentence_passes(docs, text):
+    _edit(docs / "kernels/q.md", "## 实验\n", f"## 实验\n\n{text}\n")
+    check_page(docs / "kernels/q.md", docs)
+
+
+def test_an_english_conclusion_from_the_lab_needs_its_quote(docs):
+    _edit(docs / "kernels/q.en.md", "## Lab\n", "## Lab\n\nMeasured here, the fused kernel beats cuBLAS.\n")
+    with pytest.raises(PageError, match=r"\(conclusion\): 'Measured here, the fused kernel beats cuBLAS.'"):
+        check_page(docs / "kernels/q.en.md", docs)
+
+
 def test_quoting_a_stale_result_passes_the_contract_but_not_the_publishing_gate(docs, tmp_path, monkeypatch):
     from kb import freshness, results
 

@@ -1,7 +1,8 @@
 """python -m snippets.kernel_agent evaluate --task TASK --candidate FILE [--json]: judge one candidate file.
 
 Also `tasks` (the tasks and their signatures) and `show --task TASK` (the task's honest reference candidate).
-Exit status: 0 accepted, 1 not accepted, 2 the command could not run (unknown task, unreadable file, no sandbox).
+Exit status: 0 accepted, 1 not accepted, 2 the command could not run (unknown task, unreadable file, no sandbox,
+or a fault of the harness itself: the verdict 'error', "could not evaluate").
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**dataclasses.asdict(report), "device": DEVICE}, indent=1, default=str))
     else:
         print(report.summary())
-    return 0 if report.correct else 1
+    return 0 if report.correct else 2 if report.verdict == "error" else 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ the eager baseline; fast_0 is the fraction correct.
 """
 from __future__ import annotations
 
+import math
 import os
 import random
 import secrets
@@ -21,6 +22,7 @@ from snippets.kernel_agent.static import check_source
 from snippets.kernel_agent.worker import digest, make_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+MAX_SOURCE = 256 << 10  # bytes of candidate source; every scan of it is linear, and this bounds them too
 
 
 @dataclass(frozen=True)
@@ -93,13 +95,17 @@ def evaluate(task: Task, source: str, name: str = "candidate", settings: Setting
              seed: int | None = None) -> Report:
     """Judge one candidate. `seed` only for reproducing a failure: by default it is secret and new."""
     s, start = settings or Settings.for_device(), time.perf_counter()
+    if len(source.encode("utf-8", "surrogatepass")) > MAX_SOURCE:
+        rep = Report(task.name, name, reason=f"source too large (over {MAX_SOURCE} bytes)")
+        rep.details, rep.seconds = [rep.reason], time.perf_counter() - start
+        return rep
     rep = Report(task.name, name, warnings=check_source(source, task))
     if "load_inline" in source and DEVICE != "cuda":
         rep.verdict, rep.reason = "skipped", "skipped: needs CUDA (load_inline builds a CUDA extension)"
     else:
         rng = random.Random(secrets.randbits(64) if seed is None else seed)
-        base = baseline(task, s)  # the eager baseline, timed in a sandbox no candidate has touched
         try:
+            base = baseline(task, s)  # the eager baseline, timed in a sandbox no candidate has touched
             with Worker(DEVICE, s.limits, s.trusted) as worker:
                 _trials(task, source, s, worker, rng, rep)
                 _timed(task, source, s, worker, rng, rep, base)
@@ -108,6 +114,9 @@ def evaluate(task: Task, source: str, name: str = "candidate", settings: Setting
             rep.verdict, rep.reason, rep.failing_shape, rep.max_error = f.verdict, f.reason, f.shape, f.err
         except SandboxError as e:
             rep.verdict, rep.reason = e.verdict, e.reason
+        except Exception as e:  # a fault of the harness itself: no verdict on the candidate, and no traceback
+            rep.verdict = "error"
+            rep.reason = f"could not evaluate: the harness failed ({type(e).__name__}: {str(e)[:200]})"
         rep.details = [rep.reason] if rep.reason else []
     rep.seconds = time.perf_counter() - start
     return rep
@@ -137,11 +146,18 @@ def _tensor(value, shape, dtype, what: str) -> torch.Tensor:
     return value
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
 def _judge_rules(profile, source, launches, measured_ms=None, calls=1, shape=None) -> None:
-    if not isinstance(profile, dict) or not all(isinstance(v, list) and len(v) == 2 for v in profile.values()):
+    if not isinstance(profile, dict) or not all(isinstance(k, str) and isinstance(v, list) and len(v) == 2
+                                                and all(map(_number, v)) for k, v in profile.items()):
         raise _Failed(f"{checks.FORGED_REPLY} (the profile is not the launcher's)")
-    problem = rules.judge(profile, source, DEVICE, launches if isinstance(launches, dict) else {},
-                          measured_ms, calls)
+    if launches is not None and not (isinstance(launches, dict) and all(
+            isinstance(k, str) and _number(n) for k, n in launches.items())):
+        raise _Failed(f"{checks.FORGED_REPLY} (the launch counts are not the launcher's)")
+    problem = rules.judge(profile, source, DEVICE, launches or {}, measured_ms, calls)
     if problem:
         raise _Failed(problem, shape=shape)
 
@@ -158,6 +174,8 @@ def _trials(task, source, s, worker, rng, rep) -> None:
         inputs = make_inputs(specs, seed, DEVICE)
         out = _tensor(r.get("out"), task.out_shape(shape), task.dtype, "output").to(DEVICE)
         returned = _expect(r, "inputs", list, "run")
+        if len(returned) != len(specs):
+            raise _Failed(f"{checks.FORGED_REPLY} ('run' returned {len(returned)} inputs for {len(specs)})")
         for (name, *_), mine, theirs in zip(specs, inputs, returned):
             if not isinstance(theirs, torch.Tensor) or not checks.same(mine, theirs.to(DEVICE)):
                 raise _Failed(f"{checks.INPUT_MUTATED} ({name} changed during the call)", shape=shape)
@@ -189,7 +207,7 @@ def _timed_calls(task, s, worker, rng, timeout) -> tuple[dict, float, list, list
     wall_ms = (time.perf_counter() - t0) * 1e3
     r = {**r, **_ask(worker, "profile_stop", timeout)}
     times = _expect(r, "times", list, "time")
-    if len(times) != s.calls or not all(isinstance(t, float) and t > 0 for t in times):
+    if len(times) != s.calls or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times):
         raise _Failed(f"{checks.FORGED_REPLY} ('time' replied {len(times)} times for {s.calls} calls)")
     return r, wall_ms, times, [(specs[0], sd) for sd in seeds], key
 
@@ -220,15 +238,17 @@ def _timed(task, source, s, worker, rng, rep, base: timing.Baseline) -> None:
     shape = task.bench[s.mode]
     r, wall, times, sets, key = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
     digests = _expect(r, "digests", list, "time")
-    if len(digests) != s.calls:
+    if len(digests) != s.calls or not all(isinstance(d, int) and not isinstance(d, bool) for d in digests):
         raise _Failed(f"{checks.FORGED_REPLY} ('time' committed {len(digests)} outputs for {s.calls} calls)")
     forged = timing.unexplained(timing.Measured(times, wall), base, DEVICE)
     if forged:
         raise _Failed(f"{checks.FORGED_TIME} ({forged})", shape=shape)
     fetched = []
     for i, (specs, seed) in enumerate(sets):  # every timed call is checked
-        out = _tensor(_ask(worker, "fetch", s.limits.call_s * 4, indices=[i]).get("outs", [None])[0],
-                      task.out_shape(shape), task.dtype, "timed output").to(DEVICE)
+        outs = _expect(_ask(worker, "fetch", s.limits.call_s * 4, indices=[i]), "outs", list, "fetch")
+        if len(outs) != 1:
+            raise _Failed(f"{checks.FORGED_REPLY} ('fetch' returned {len(outs)} outputs for one)")
+        out = _tensor(outs[0], task.out_shape(shape), task.dtype, "timed output").to(DEVICE)
         if digest(out, key) != digests[i]:
             raise _Failed(f"{checks.FORGED_REPLY} (timed call {i}: the output fetched is not the one committed "
                           "to before the clock stopped)", shape=shape)

@@ -23,6 +23,8 @@ MOVEMENT_OPS = {
 MOVEMENT_KERNELS = ("FillFunctor", "copy_kernel", "Memcpy", "Memset", "CopyKernel", "direct_copy")
 MIN_KERNEL_SHARE = 0.25  # of the measured time on a GPU; an honest kernel at the timing shape is far above
 
+_SIGNATURE_CHARS = 512  # a __global__ function's name comes within this many characters: each scan is bounded
+
 LIBRARY_WORK = "work done by library code"
 NO_KERNEL = "no kernel of its own ran"
 HOST_WORK = "time not spent in its own kernels"
@@ -30,10 +32,15 @@ HOST_WORK = "time not spent in its own kernels"
 
 def own_kernels(source: str) -> set[str]:
     """Names of the kernels the source defines: @triton.jit functions and CUDA __global__ functions."""
-    names = set(re.findall(r"__global__\s+(?:[\w:<>,\s*&]+?\s+)?(\w+)\s*\(", source))
+    names = set()
+    for m in re.finditer(r"__global__\b", source):  # the name is the last word before the first '(' that follows
+        head = re.sub(r"__launch_bounds__\s*\([^()]*\)", " ", source[m.end():m.end() + _SIGNATURE_CHARS]).split("(", 1)
+        words = re.findall(r"\w+", head[0]) if len(head) == 2 else []
+        if words:
+            names.add(words[-1])
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # the static check names the problem
         return names
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef):

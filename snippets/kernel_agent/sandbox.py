@@ -231,8 +231,16 @@ class Worker:
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
-        for line in iter(self.proc.stderr.readline, b""):
-            self.stderr.append(line[:400].decode(errors="replace").rstrip())
+        """Keep the last lines of the sandbox's stderr, each cut to 400 bytes, reading in bounded chunks: a
+        line of any length costs at most one chunk and one partial line of memory."""
+        partial = b""
+        while chunk := self.proc.stderr.read1(1 << 16):
+            *lines, rest = (partial + chunk).split(b"\n")
+            for line in lines:
+                self.stderr.append(line[:400].decode(errors="replace").rstrip())
+            partial = rest[:400]
+        if partial:
+            self.stderr.append(partial.decode(errors="replace").rstrip())
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.rid += 1
@@ -252,11 +260,12 @@ class Worker:
         except (BrokenPipeError, EOFError, OSError):
             raise self._died(cmd) from None
         try:
-            rid, reply = torch.load(io.BytesIO(body), weights_only=True)
+            rid, reply = torch.load(io.BytesIO(body), weights_only=True)  # ValueError too, if not a pair
         except Exception as e:
             raise self._violation(cmd, f"an unreadable reply ({type(e).__name__})") from None
-        if rid != self.rid or not isinstance(reply, dict):
-            raise self._violation(cmd, f"a reply to request {rid!r} while {self.rid} was asked")
+        if type(rid) is not int or rid != self.rid or not isinstance(reply, dict):
+            shown = rid if type(rid) is int else type(rid).__name__
+            raise self._violation(cmd, f"a reply to request {shown} while {self.rid} was asked")
         self.rss0 = self.rss0 or tree_rss(_tree(self.proc.pid))
         return reply
 

@@ -48,6 +48,8 @@ def check_source(source: str, task: Task) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError as e:
         return [f"{SYNTAX} ({e.msg}, line {e.lineno})"]
+    except (ValueError, MemoryError, RecursionError) as e:  # null bytes, or nesting too deep for the parser
+        return [f"{SYNTAX} ({type(e).__name__})"]
     found: list[str] = []
     refs = {task.reference.__name__, task.baseline.__name__, "reference", "baseline"}
     modules = {"torch", "triton", "tl", "F"}

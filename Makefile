@@ -39,7 +39,7 @@ build: setup  ## build the site into site/
 FRESHNESS := $(BIN)/python -m kb.freshness --report
 
 check: setup  ## the fast lane (< 1 min): page contract, results verification, hooks, snippet unit tests
-	@$(BIN)/pytest -m "not slow and not gpu" -n 2 --dist loadfile; status=$$?; $(FRESHNESS); exit $$status
+	@$(BIN)/pytest -m "not slow and not gpu" -n 2 --dist loadfile; status=$$?; $(FRESHNESS) || status=1; exit $$status
 
 test: setup browser-deps  ## everything CI runs: the fast lane, then notebooks (smoke), compilers, the site, a browser
 	$(BIN)/pytest -m "not slow and not gpu" -n 2 --dist loadfile

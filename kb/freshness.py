@@ -14,14 +14,18 @@ lab's metrics (`<!-- lab-cards -->`, `<!-- lab-index -->`), and on the lab's own
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from kb import markers
 from kb.labs import ROOT, LabError, lab_meta, rel
-from kb.pages import is_question, split_front_matter
+from kb.pages import is_question
 from kb.results import DEFAULT_GPU, Result, result_for
 
 RERECORD = "make gpu-run STALE=1"
@@ -73,11 +77,41 @@ class Shown:
     gpu: str | None
 
 
-def _page_meta(text: str, where: str) -> dict:
-    if not text.startswith("---\n"):
-        return {}
-    meta, _ = split_front_matter(text, where)
-    return meta
+MARKDOWN = (".md", ".markdown", ".mdown", ".mkdn", ".mkd")  # what MkDocs renders as a page
+
+
+class FreshnessError(LabError):
+    """A page cannot be read for what it shows; the message names the file."""
+
+
+def _front_matter(text: str, where: str) -> tuple[dict, str]:
+    """(meta, body) as MkDocs reads them (YAML or MultiMarkdown front matter), the body padded with blank
+    lines so that line numbers stay those of the file; without MkDocs (a GPU machine), YAML front matter only."""
+    try:
+        from mkdocs.utils.meta import get_data
+    except ImportError:
+        def get_data(doc):
+            m = re.match(r"^-{3}[ \t]*\n(.*?\n)(?:\.{3}|-{3})[ \t]*\n", doc, re.S)
+            return (doc[m.end():], yaml.safe_load(m.group(1)) or {}) if m else (doc, {})
+    try:
+        body, meta = get_data(text)
+    except Exception as e:  # MkDocs raises YAML's errors
+        raise FreshnessError(f"{where}: front matter is not readable: {e}") from e
+    if not isinstance(meta, dict):
+        raise FreshnessError(f"{where}: front matter must be a mapping")
+    gpu = meta.get("gpu")
+    if gpu is not None and not (isinstance(gpu, str) and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", gpu)):
+        raise FreshnessError(f"{where}: front matter gpu = {gpu!r}: it names a results/ folder, like nvidia-h200")
+    head = text[:len(text) - len(body)] if text.endswith(body) else ""
+    return meta, "\n" * head.count("\n") + body
+
+
+def pages(docs: Path) -> list[Path]:
+    """Every file MkDocs renders as a page under docs/, through symbolic links too (docs/labs is one)."""
+    found = []
+    for folder, _dirs, files in os.walk(docs, followlinks=True):
+        found += [Path(folder) / f for f in files if f.endswith(MARKDOWN)]
+    return sorted(found)
 
 
 def shown(docs: Path | None = None) -> list[Shown]:
@@ -85,18 +119,25 @@ def shown(docs: Path | None = None) -> list[Shown]:
     docs = docs or ROOT / "docs"
     every = [rel(p) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
     found = []
-    for path in sorted(docs.rglob("*.md")):
-        where = "docs/" + path.relative_to(docs).as_posix()
-        text = path.read_text(encoding="utf-8")
-        meta = _page_meta(text, where)
-        gpu = meta.get("gpu")
-        question = is_question(path.relative_to(docs).as_posix())
-        for m in markers.find(text, where):
+    for path in pages(docs):
+        uri = path.relative_to(docs).as_posix()
+        where = f"docs/{uri}"
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as e:
+            raise FreshnessError(f"{where}: not readable as UTF-8 text: {e}") from e
+        meta, body = _front_matter(text, where)
+        gpu, question = meta.get("gpu"), is_question(uri)
+        try:
+            found_markers = markers.find(body, where)
+        except markers.MarkerError as e:
+            raise FreshnessError(str(e)) from e
+        for m in found_markers:
             if m.name == "metric":
                 found.append(Shown(where, m.line, m.lab, m.args[1], m.options.get("gpu", gpu)))
             elif m.name in ("lab-cards", "lab-index"):
                 labs = (meta.get("labs") or [] if question else []) if m.name == "lab-cards" else every
-                found += [Shown(where, m.line, lab, "lab card", None) for lab in labs]
+                found += [Shown(where, m.line, str(lab), "lab card", None) for lab in labs]
     return found
 
 
@@ -136,8 +177,8 @@ def publish_problems(docs: Path | None = None) -> list[str]:
             what = "its lab card shows" if s.what == "lab card" else f"quotes {s.what} from"
             found.append(f"{s.page}:{s.line}: {what} {st.stem} ({st.state}, {s.gpu or DEFAULT_GPU})")
             behind[(st.stem, s.gpu or DEFAULT_GPU)] = st
-    for st in lab_states():
-        if st.published and not st.publishable:
+    for st in lab_states():  # every lab's page is built; it shows its result, or says there is none
+        if st.state in ("stale", "legacy", "unverified") or (st.published and st.state == "missing"):
             found.append(f"docs/labs/{st.stem}.ipynb: the lab page shows {st.stem} ({st.state}, {DEFAULT_GPU})")
             behind[(st.stem, DEFAULT_GPU)] = st
     return found + [f"{stem} on {gpu}: {_describe(st)}" for (stem, gpu), st in sorted(behind.items())]
@@ -145,15 +186,19 @@ def publish_problems(docs: Path | None = None) -> list[str]:
 
 def report(docs: Path | None = None) -> str:
     """The short list `make check` ends with: each lab whose result is not fresh, why, and how to re-record."""
-    counts = quote_counts(docs)
-    behind = [s for s in lab_states() if not s.publishable]
+    places = shown(docs)
+    counts = Counter(s.lab for s in places if s.what != "lab card")
+    others = sorted({(s.lab, s.gpu) for s in places if s.gpu and s.gpu != DEFAULT_GPU and (ROOT / s.lab).is_file()})
+    every = lab_states()
+    behind = [(s, DEFAULT_GPU) for s in every if not s.publishable]
+    behind += [(st, gpu) for lab, gpu in others if not (st := state_of(lab, gpu)).publishable]
     if not behind:
         return "GPU results: every lab's result is fresh."
-    lines = [f"GPU results not fresh ({len(behind)} of {len(lab_states())} labs); the site flags their numbers, "
+    lines = [f"GPU results not fresh ({len(behind)}; {len(every)} labs): the site flags their numbers, "
              "and `make publish-check` refuses them until they are re-recorded:"]
-    for s in behind:
+    for s, gpu in behind:
         needs = f", needs {s.gpus} GPUs" if s.gpus > 1 else ""
-        lines.append(f"  {s.stem} ({counts[s.notebook]} quotes{needs}): {_describe(s)}")
+        lines.append(f"  {s.stem} on {gpu} ({counts[s.notebook]} quotes{needs}): {_describe(s)}")
     lines.append(f"Re-record on a GPU machine: {RERECORD} [BUDGET_S=1500]  (or make gpu-run NOTEBOOKS=<notebook>)")
     return "\n".join(lines)
 
@@ -165,10 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--publish-check", action="store_true",
                        help="fail if any published page shows a stale, legacy or missing number")
     args = ap.parse_args(argv)
+    try:
+        text = report() if args.report else None
+        problems = [] if args.report else publish_problems()
+    except LabError as e:  # a page, notebook or result that cannot be read: named, never a traceback
+        print(f"freshness: {e}", file=sys.stderr)
+        return 2
     if args.report:
-        print(report())
+        print(text)
         return 0
-    problems = publish_problems()
     if problems:
         print(f"publish-check: {len(problems)} place(s) would publish a number that is not fresh:", file=sys.stderr)
         for line in problems:

@@ -99,14 +99,17 @@ def _write_atomic(path: Path, text: str) -> None:
     Path(f.name).replace(path)
 
 
+DATA_SUFFIXES = {".cu", ".cuh", ".h", ".hpp", ".cpp", ".c", ".yml", ".yaml", ".json", ".toml", ".txt", ".csv"}
+
+
 def with_sources(modules: list[str]) -> list[str]:
-    """The imported snippet modules plus the C++/CUDA sources in their package's csrc/ folder: a kernel that a
-    module compiles at run time is as much an input of the result as the module itself."""
+    """The imported snippet modules plus every source and data file in and below their folders (C++/CUDA that
+    a module compiles at run time, YAML or JSON it reads): each is as much an input of the result as the
+    module itself."""
     files = set(modules)
-    for m in modules:
-        csrc = (ROOT / m).parent / "csrc"
-        if csrc.is_dir():
-            files |= {rel(p) for p in csrc.rglob("*") if p.is_file() and p.suffix in {".cu", ".cuh", ".h", ".cpp"}}
+    for folder in {(ROOT / m).parent for m in modules if m.startswith("snippets/") and (ROOT / m).parent != ROOT / "snippets"}:
+        files |= {rel(p) for p in folder.rglob("*") if p.is_file() and p.suffix in DATA_SUFFIXES
+                  and not SKIP_DIRS & set(p.relative_to(ROOT).parts)}
     return sorted(files)
 
 

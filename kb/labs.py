@@ -130,12 +130,23 @@ def unmet_needs(meta: LabMeta, count: int, capability: str | None) -> str | None
     return None
 
 
+PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}  # cell magics whose body is Python
+
+
 def imported_modules(source: str) -> set[str]:
     """Modules of snippets/ that Python source imports (`from snippets.a import b` gives a and a.b, since b
     may be a module), read from its syntax tree; IPython magics and shell lines are skipped."""
-    code = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    lines = source.splitlines()
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    if first.startswith("%%") and first[2:].split(" ")[0] not in PYTHON_CELL_MAGICS:
+        return set()  # %%bash, %%writefile, %%html, ...: the cell is not Python
+    code = "\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!")))
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError) as e:
+        raise LabError(f"a code cell is not Python ({e}): {first[:60]!r}") from e
     found = set()
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "snippets"}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "snippets":
@@ -146,8 +157,14 @@ def imported_modules(source: str) -> set[str]:
 def notebook_modules(notebook: Path) -> set[str]:
     """The snippet modules a lab notebook imports directly."""
     nb = read_notebook(notebook)
-    return set().union(*(imported_modules("".join(c.get("source", ""))) for c in nb["cells"]
-                         if c.get("cell_type") == "code"))
+    found = set()
+    for i, c in enumerate(nb["cells"]):
+        if c.get("cell_type") == "code":
+            try:
+                found |= imported_modules("".join(c.get("source", "")))
+            except LabError as e:
+                raise LabError(f"{rel(notebook)}: cell {i}: {e}") from None
+    return found
 
 
 @functools.lru_cache(maxsize=64)

@@ -3,6 +3,7 @@
 Copies of results/ and of pages are made under tmp_path; one test works on a scratch copy of the repository,
 changing one line of a snippet a lab imports and restoring it.
 """
+import json
 import re
 import shutil
 import subprocess
@@ -12,18 +13,19 @@ from pathlib import Path
 import pytest
 
 from kb import freshness, results
+from tests.test_results import fresh_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _stale_copy(tmp_path, monkeypatch, stem="02-kernel-fusion", file="snippets/fusion/add_layernorm.py") -> Path:
-    """results/ copied, with one recorded input hash of `stem` changed: that result is now stale."""
+    """results/ copied, with `stem`'s inputs today's files except one: that result is stale for that file alone."""
     copy = tmp_path / "results"
     shutil.copytree(ROOT / "results", copy)
     path = copy / "nvidia-h200" / f"{stem}.json"
-    text = path.read_text()
-    old = re.search(rf'"{re.escape(file)}": "([0-9a-f]{{64}})"', text).group(1)
-    path.write_text(text.replace(old, "0" * 64))
+    data = json.loads(path.read_text())
+    data["inputs"] = {**fresh_inputs(data), file: "0" * 64}  # fresh but for that one file
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     monkeypatch.setattr(results, "RESULTS", copy)
     return copy
 
@@ -146,3 +148,92 @@ def test_changing_one_line_of_a_snippet_stales_its_lab_until_restored(tmp_path):
     snippet.write_text(original)
     assert "00-gpu-ceilings" not in _freshness(repo, "--report").stdout
     assert "00-gpu-ceilings" not in _freshness(repo, "--publish-check").stderr
+
+
+def _stale_on_another_gpu(tmp_path, monkeypatch) -> None:
+    """results/ copied, with lab 02 also recorded on an 'NVIDIA H100' whose copy is stale."""
+    copy = _stale_copy(tmp_path, monkeypatch)
+    other = copy / "nvidia-h100"
+    other.mkdir()
+    shutil.copy(copy / "nvidia-h200/02-kernel-fusion.ipynb", other)
+    data = json.loads((copy / "nvidia-h200/02-kernel-fusion.json").read_text())
+    data["device"]["name"] = "NVIDIA H100"
+    (other / "02-kernel-fusion.json").write_text(json.dumps(data))
+    # lab 02 on the H200 is made fresh again, so only the H100's copy is stale
+    fresh = json.loads((copy / "nvidia-h200/02-kernel-fusion.json").read_text())
+    fresh["inputs"] = fresh_inputs(fresh)
+    (copy / "nvidia-h200/02-kernel-fusion.json").write_text(json.dumps(fresh))
+
+
+QUOTE = "<!-- metric 02-kernel-fusion add_layernorm_fwd_speedup_vs_eager -->"
+
+
+@pytest.mark.parametrize("head", [
+    "---\ngpu: nvidia-h100\n---\n",            # the usual front matter
+    "\ufeff---\ngpu: nvidia-h100\n---\n",      # with a byte-order mark, which MkDocs strips
+    "--- \ngpu: nvidia-h100\n...\n",           # a trailing space, closed by '...'
+    "gpu: nvidia-h100\n\n",                    # MultiMarkdown-style meta
+])
+def test_the_gate_reads_a_pages_gpu_as_mkdocs_does(tmp_path, monkeypatch, head):
+    _stale_on_another_gpu(tmp_path, monkeypatch)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "about.md").write_text(head + "# 关于\n\n" + QUOTE + "\n", encoding="utf-8")
+    problems = freshness.publish_problems(docs)
+    assert any(p.startswith("docs/about.md:") and "(stale, nvidia-h100)" in p for p in problems), problems
+    report = freshness.report(docs)
+    assert "02-kernel-fusion on nvidia-h100" in report, report
+
+
+def test_a_comment_opened_in_the_front_matter_hides_no_marker(tmp_path, monkeypatch):
+    _stale_on_another_gpu(tmp_path, monkeypatch)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "about.md").write_text('---\ndescription: "a shortcode opens with <!-- and names a lab"\n---\n# 关于\n\n'
+                                   + QUOTE.replace(" -->", " gpu=nvidia-h100 -->") + "\n", encoding="utf-8")
+    assert any(p.startswith("docs/about.md:6: quotes") for p in freshness.publish_problems(docs))
+
+
+def test_every_markdown_file_mkdocs_renders_is_read_through_links_too(tmp_path, monkeypatch):
+    _stale_on_another_gpu(tmp_path, monkeypatch)
+    docs, beside = tmp_path / "docs", tmp_path / "beside"
+    docs.mkdir()
+    beside.mkdir()
+    quote = QUOTE.replace(" -->", " gpu=nvidia-h100 -->") + "\n"
+    (docs / "extra.markdown").write_text(quote)
+    (beside / "README.md").write_text(quote)
+    (docs / "labs").symlink_to(beside, target_is_directory=True)
+    pages = {p.split(":")[0] for p in freshness.publish_problems(docs) if "(stale, nvidia-h100)" in p}
+    assert pages == {"docs/extra.markdown", "docs/labs/README.md"}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("---\ngpu: 5\n---\n# x\n", "docs/x.md: front matter gpu = 5"),
+    ("---\ngpu: [a]\n---\n# x\n", "docs/x.md: front matter gpu = ['a']"),
+    ("<!-- metric 02-kernel-fusion -->\n", "docs/x.md:1:"),
+])
+def test_a_page_it_cannot_read_is_named_not_a_traceback(tmp_path, monkeypatch, capsys, text, words):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(freshness, "shown", lambda d=None, _s=freshness.shown: _s(docs))
+    for flag in ("--report", "--publish-check"):
+        assert freshness.main([flag]) == 2
+        assert words in capsys.readouterr().err
+
+
+def test_a_page_that_is_not_utf8_is_named(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_bytes(b"\xff\xfe# x\n")
+    with pytest.raises(freshness.FreshnessError, match="docs/x.md: not readable as UTF-8"):
+        freshness.shown(docs)
+
+
+def test_a_shell_cell_has_no_imports_and_a_broken_cell_is_named():
+    from kb.labs import LabError, imported_modules
+
+    assert imported_modules("%%bash\nfrom snippets import x\nls -l (\n") == set()
+    assert imported_modules("%%time\nfrom snippets.common import record\n") >= {"snippets.common"}
+    with pytest.raises(LabError, match="a code cell is not Python"):
+        imported_modules("def (:\n")

@@ -81,6 +81,8 @@ def test_compiled_sources_are_inputs_too():
     assert {"snippets/fusion/csrc/add_layernorm.cu", "snippets/fusion/csrc/philox.cuh",
             "snippets/fusion/csrc/add_layernorm.h"} <= set(files)
     assert with_sources(["snippets/common/record.py"]) == ["snippets/common/record.py"]
+    assert {"snippets/nccl/messages/en.yml", "snippets/nccl/messages/zh.yml"} <= set(
+        with_sources(["snippets/nccl/messages.py"])), "data a module reads at run time is an input too"
 
 
 def set_needs(lab: Path, gpus: int, capability: str | None = None) -> None:

@@ -92,11 +92,21 @@ def test_kb_results_imports_no_site_or_lab_code():
 
 # A valid result, built from a real one, then broken one way at a time.
 
+def fresh_inputs(data: dict) -> dict:
+    """The recorded inputs and everything the notebook imports today, with today's hashes: a copy that is
+    fresh whatever has changed in the repository since the real result was recorded."""
+    from kb.labs import sha256, snippet_closure
+
+    files = set(data["inputs"]) | snippet_closure(ROOT / data["notebook"]) | {data["notebook"]}
+    return {p: sha256(ROOT / p) for p in sorted(files) if (ROOT / p).is_file()}
+
+
 def make_result(root: Path, stem: str, slug: str = "nvidia-h200") -> Path:
     """Copy results/nvidia-h200/<stem>.json under root/<slug>/ with full provenance, beside an executed notebook
     that recorded exactly its metrics."""
     data = json.loads((REAL / "nvidia-h200" / f"{stem}.json").read_text())
     data.update(commit="a" * 40, tree_clean=True, inputs_hashed="before-run")
+    data["inputs"] = fresh_inputs(data)
     outputs = [{"output_type": "display_data", "metadata": {},
                 "data": {METRIC_MIME: {"name": k, "value": v, "unit": data["labels"][k]["unit"]}, "text/plain": k}}
                for k, v in data["metrics"].items()]

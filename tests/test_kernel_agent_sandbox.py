@@ -1,9 +1,12 @@
 """The sandbox, probed from inside: a probe candidate reports what it can see and do by raising it as its error."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +34,14 @@ try:
     found["net"] = "loopback"
 except OSError as e:
     found["net_error"] = str(e)
+found["dev"] = sorted(os.listdir("/dev"))
+found["canary_visible"] = os.path.exists("CANARY")
+try:
+    u = socket.socket(socket.AF_UNIX)
+    u.connect("UNIXSOCK")
+    found["unix"] = "reached"
+except OSError as e:
+    found["unix"] = str(e)
 for res in ("RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_NPROC"):
     try:
         resource.setrlimit(getattr(resource, res), (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
@@ -42,18 +53,31 @@ raise RuntimeError("PROBE" + json.dumps(found))
 
 
 @pytest.fixture(scope="module")
-def seen():
+def seen(tmp_path_factory):
+    """What a probe sees from inside, with a canary file and a listening Unix socket planted beside the
+    repository (as another checkout would be), outside every folder the sandbox used to hide."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
+    try:
+        beside = Path(tempfile.mkdtemp(prefix=".kb-probe-", dir=ROOT.parent))
+    except OSError:
+        beside = tmp_path_factory.mktemp("probe")
+    (beside / "canary").write_text("secret")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(beside / "s.sock"))
+    unix.listen()
     os.environ["KB_PROBE_SECRET"] = "1"
     try:
         with Worker(DEVICE, Limits()) as worker:
-            src = PROBE.replace("ROOT", str(ROOT)).replace("PORT", str(srv.getsockname()[1]))
+            src = (PROBE.replace("ROOT", str(ROOT)).replace("PORT", str(srv.getsockname()[1]))
+                   .replace("CANARY", str(beside / "canary")).replace("UNIXSOCK", str(beside / "s.sock")))
             reply = worker.request("load", 60, source=src, entry="kernel")
     finally:
         del os.environ["KB_PROBE_SECRET"]
         srv.close()
+        unix.close()
+        shutil.rmtree(beside, ignore_errors=True)
     return json.loads(reply["error"].split("PROBE", 1)[1])
 
 
@@ -72,6 +96,39 @@ def test_private_process_table_and_no_harness_environment(seen):
 
 def test_the_repository_is_hidden(seen):
     assert not seen["repo_visible"]
+
+
+def test_nothing_beside_the_interpreter_and_the_system_is_visible(seen):
+    assert not seen["canary_visible"]
+    assert seen["unix"] != "reached" and "No such file" in seen["unix"], seen["unix"]
+
+
+def test_dev_holds_only_the_minimal_nodes(seen):
+    minimal = {"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+               "stdout", "tty", "urandom", "zero"}
+    gpu = {p.rsplit("/", 1)[1] for p in sandbox.gpu_devices()} if DEVICE == "cuda" else set()
+    assert set(seen["dev"]) <= minimal | gpu, sorted(set(seen["dev"]) - minimal - gpu)
+
+
+def test_the_view_binds_no_repository_and_nothing_writable():
+    argv = sandbox.bwrap_argv("cpu", Limits())
+    binds = [argv[i + 2] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind", "--dev-bind")]
+    assert "--bind" not in argv and "/" not in binds and str(ROOT) not in binds
+    assert argv.index("--remount-ro") > max(i for i, a in enumerate(argv) if a in ("--ro-bind", "--tmpfs"))
+    assert all(a not in {"--tmpfs"} or argv[i - 2] == "--size" for i, a in enumerate(argv)), "every tmpfs is sized"
+
+
+def test_an_interpreter_started_through_a_symbolic_link_still_starts_the_sandbox(tmp_path):
+    link = tmp_path / "env"
+    link.symlink_to(os.path.realpath(sys.prefix), target_is_directory=True)
+    python = link / "bin" / os.path.basename(sys.executable)
+    code = ("import sys; from snippets.kernel_agent import sandbox; from snippets.kernel_agent.candidates import "
+            "REFERENCE; from snippets.kernel_agent.harness import evaluate; from snippets.kernel_agent.tasks import "
+            "TASKS; print(sandbox.isolation_problem('cpu')); r = evaluate(TASKS['softmax'], REFERENCE['softmax']); "
+            "print(r.verdict, r.reason)")
+    p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and p.stdout.splitlines()[-2:] == ["None", "accepted "], p.stdout + p.stderr[-2000:]
 
 
 def test_limits_cannot_be_raised(seen):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from snippets.kernel_agent import checks, rules, timing
-from snippets.kernel_agent.sandbox import Limits, SandboxError, Worker
+from snippets.kernel_agent.sandbox import IsolationUnavailable, Limits, SandboxError, Worker
 from snippets.kernel_agent.spec import DISTRIBUTIONS, Task
 from snippets.kernel_agent.static import check_source
 from snippets.kernel_agent.worker import digest, make_inputs
@@ -114,6 +114,8 @@ def evaluate(task: Task, source: str, name: str = "candidate", settings: Setting
             rep.verdict, rep.reason, rep.failing_shape, rep.max_error = f.verdict, f.reason, f.shape, f.err
         except SandboxError as e:
             rep.verdict, rep.reason = e.verdict, e.reason
+        except IsolationUnavailable:  # the caller's to report: this machine runs no untrusted code
+            raise
         except Exception as e:  # a fault of the harness itself: no verdict on the candidate, and no traceback
             rep.verdict = "error"
             rep.reason = f"could not evaluate: the harness failed ({type(e).__name__}: {str(e)[:200]})"

@@ -1,8 +1,9 @@
 """One sandboxed process per candidate, isolated by the operating system (bubblewrap), not by a blacklist.
 
-Inside: no network, a read-only view of the system, a private /proc and pid namespace, a size-limited
-tmpfs as the only writable place, none of the harness's files (the repository, home and temporary
-directories are hidden) and none of its environment. Limits on processes, file size, CPU time and (on
+Inside: no network; an empty root showing only what the launcher needs, read-only (the system folders,
+the interpreter and its libraries, the tools that run inside: `view()`), so no other file or Unix socket
+of the machine is there to read or reach; a private /proc and pid namespace; a minimal /dev; two
+size-limited tmpfs as the only writable places; and none of the harness's environment. Limits on processes, file size, CPU time and (on
 the CPU) address space are set before the sandbox starts, with hard limits the candidate cannot raise;
 the harness also watches the resident memory of the whole process tree and kills the sandbox as a whole.
 Where the machine cannot create the namespaces, untrusted candidates are refused, with bubblewrap's words.
@@ -65,44 +66,81 @@ def bwrap() -> str | None:
         return shutil.which("bwrap")
 
 
-def _hidden() -> list[str]:
-    home = os.path.expanduser("~")
-    dirs = [str(ROOT), home, tempfile.gettempdir(), "/tmp", "/var/tmp", "/run", "/root", "/home", "/mnt", "/media"]
-    return sorted({d for d in dirs if os.path.isdir(d) and d != "/"}, key=len)
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")  # read-only
+TOOLS = ("ncu", "nvcc")  # run inside the sandbox: ncu profiles a candidate there, nvcc builds load_inline's code
 
 
 def _under(path: str, dirs: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def _exposed() -> list[str]:
-    """Library directories the launcher needs that lie under a hidden directory (a venv in the repository,
-    a --target install in /tmp): bound back read-only. The repository itself never is."""
-    hidden, keep = _hidden(), []
-    base = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
-    script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else None
-    never = {*hidden, os.path.realpath(os.getcwd()), script}
-    for p in base + [p for p in sys.path if p and os.path.isabs(p)]:
-        p = os.path.realpath(p)
-        if os.path.isdir(p) and _under(p, hidden) and p not in never and not _under(str(ROOT), [p]) \
-                and (not _under(p, [str(ROOT)]) or _under(p, [os.path.realpath(sys.prefix)])) \
-                and not _under(p, keep):
-            keep.append(p)
-    return keep
-
-
-def _python_path() -> list[str]:
-    exposed, found = _exposed(), []
-    for p in (os.path.realpath(p) for p in sys.path if p):
-        if os.path.isdir(p) and (not _under(p, [str(ROOT)]) or p in exposed) and p not in found:
-            found.append(p)
+def _libraries() -> list[str]:
+    """The Python paths the launcher needs: the standard library and site-packages of this interpreter (a venv
+    in the repository included), and any other folder that holds torch or triton; not the repository, nor
+    other folders that happen to be on sys.path (another checkout, the harness's own packages)."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    found = []
+    for p in sys.path:
+        if not p or not os.path.isabs(p) or not os.path.isdir(p):
+            continue
+        real = os.path.realpath(p)
+        wanted = _under(real, list(prefixes)) or os.path.basename(real) in ("site-packages", "dist-packages") \
+            or any(os.path.isdir(os.path.join(real, m)) for m in ("torch", "triton"))
+        in_repo = _under(real, [str(ROOT)]) and not _under(real, [os.path.realpath(sys.prefix)])
+        if wanted and not in_repo and real not in found:
+            found.append(real)
     return found
 
 
+def _tool_dirs() -> list[str]:
+    """Install folders of the tools that run inside (TOOLS), and CUDA_HOME: '<root>' for '<root>/bin/<tool>'."""
+    found = []
+    for tool in TOOLS:
+        path = shutil.which(tool)
+        if path:
+            d = os.path.dirname(os.path.realpath(path))
+            found.append(os.path.dirname(d) if os.path.basename(d) == "bin" else d)
+    if os.environ.get("CUDA_HOME"):
+        found.append(os.path.realpath(os.environ["CUDA_HOME"]))
+    return [d for d in dict.fromkeys(found) if os.path.isdir(d) and not _under(d, [str(ROOT)])]
+
+
+def view() -> list[tuple[str, str, str]]:
+    """What the sandbox shows, as ("bind" | "symlink", source, destination): the system folders, the
+    interpreter at the path it was started by (through a symbolic link too), its libraries and the tools;
+    everything read-only, and nothing else of the machine (other checkouts, home folders, sockets)."""
+    out, seen = [], set()
+
+    def add(kind, src, dest):
+        shown = kind == "bind" and src == dest and any(k == "bind" and s == d and _under(dest, [d]) for k, s, d in out)
+        if dest not in seen and not shown:  # a folder already visible at its own path is not bound again
+            seen.add(dest)
+            out.append((kind, src, dest))
+
+    for d in SYSTEM:
+        if os.path.islink(d):
+            add("symlink", os.readlink(d), d)
+        elif os.path.isdir(d):
+            add("bind", d, d)
+    for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)):
+        real = os.path.realpath(p)
+        if os.path.isdir(real) and not (_under(real, [str(ROOT)]) and real != os.path.realpath(sys.prefix)
+                                        and not _under(real, [os.path.realpath(sys.prefix)])):
+            add("bind", real, real)
+            if os.path.abspath(p) != real:  # started through a symbolic link: the same folder at that path too
+                add("bind", real, os.path.abspath(p))
+    for d in _libraries() + _tool_dirs():
+        add("bind", d, d)
+    return out
+
+
+def _python_path() -> list[str]:
+    return _libraries()
+
+
 def _env(device: str) -> dict:
-    hidden = _hidden()
-    path = [p for p in os.environ.get("PATH", "").split(":") if p and not _under(p, hidden)]
-    path.insert(0, os.path.dirname(sys.executable))
+    path = [os.path.dirname(sys.executable)] + [os.path.join(d, "bin") for d in _tool_dirs()] + \
+        ["/usr/local/bin", "/usr/bin", "/bin"]
     env = {"PATH": ":".join(dict.fromkeys(path)), "HOME": "/tmp", "TMPDIR": "/tmp",
            "PYTHONPATH": ":".join(_python_path()),
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "TRITON_CACHE_DIR": "/tmp/triton",
@@ -113,18 +151,24 @@ def _env(device: str) -> dict:
     return env
 
 
+def gpu_devices() -> list[str]:
+    """The NVIDIA device nodes the driver needs (/dev/nvidia0, nvidiactl, nvidia-uvm, nvidia-caps/...)."""
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+
+
 def bwrap_argv(device: str, limits: Limits) -> list[str]:
+    """An empty root, read-only at the end, holding only view(), a private /proc, a minimal /dev (null, zero,
+    full, random, urandom, tty; on a GPU also the NVIDIA nodes) and two size-limited tmpfs: /tmp and /dev/shm."""
     argv = [bwrap(), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--ro-bind", "/", "/", "--proc", "/proc"]
-    argv += ["--dev-bind", "/dev", "/dev"] if device.startswith("cuda") else ["--dev", "/dev"]
-    argv += ["--size", str(64 << 20), "--tmpfs", "/dev/shm"]  # private, and bounded like /tmp
-    for d in _hidden():
-        if d != "/tmp":
-            argv += ["--tmpfs", d]
+            "--proc", "/proc", "--dev", "/dev"]
+    if device.startswith("cuda"):
+        for node in gpu_devices():
+            argv += ["--dev-bind", node, node]
+    argv += ["--size", str(64 << 20), "--tmpfs", "/dev/shm"]
     argv += ["--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp"]
-    for p in _exposed():
-        argv += ["--ro-bind", p, p]
-    argv += ["--ro-bind", launcher.__file__, INSIDE, "--chdir", "/tmp", "--clearenv"]
+    for kind, src, dest in view():  # after the tmpfs: an interpreter under /tmp is bound on top of it
+        argv += ["--symlink", src, dest] if kind == "symlink" else ["--ro-bind", src, dest]
+    argv += ["--ro-bind", launcher.__file__, INSIDE, "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     for k, v in _env(device).items():
         argv += ["--setenv", k, v]
     return argv

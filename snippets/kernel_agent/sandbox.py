@@ -67,7 +67,9 @@ def bwrap() -> str | None:
 
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")  # read-only
-TOOLS = ("ncu", "nvcc")  # run inside the sandbox: ncu profiles a candidate there, nvcc builds load_inline's code
+# run inside the sandbox: ncu profiles a candidate there, nvcc and the C/C++ compilers build load_inline's code
+# and Triton's launcher stubs (CC and CXX, when set, name the compilers)
+TOOLS = ("ncu", "nvcc", "cc", "gcc", "c++", "g++")
 
 
 def _under(path: str, dirs: list[str]) -> bool:
@@ -95,8 +97,8 @@ def _libraries() -> list[str]:
 def _tool_dirs() -> list[str]:
     """Install folders of the tools that run inside (TOOLS), and CUDA_HOME: '<root>' for '<root>/bin/<tool>'."""
     found = []
-    for tool in TOOLS:
-        path = shutil.which(tool)
+    for tool in (*TOOLS, os.environ.get("CC"), os.environ.get("CXX")):
+        path = shutil.which(tool) if tool else None
         if path:
             d = os.path.dirname(os.path.realpath(path))
             found.append(os.path.dirname(d) if os.path.basename(d) == "bin" else d)

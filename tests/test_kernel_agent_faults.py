@@ -166,3 +166,20 @@ def test_a_fault_of_the_harness_is_could_not_evaluate(monkeypatch):
     monkeypatch.setattr(harness, "baseline", lambda task, s: 1 / 0)
     rep = harness.evaluate(TASK, SOURCE, settings=SETTINGS)
     assert rep.verdict == "error" and rep.reason.startswith("could not evaluate: the harness failed (ZeroDivisionError")
+
+
+class Cacher(Launcher):
+    """Right on every trial; in the timed request it serves the answer it computed in the warm-up."""
+
+    def warm(self, specs, seeds, out_shape, out_dtype, calls):
+        self.cached = TASK.reference_of(make_inputs(specs, seeds[0], "cpu")).to(TASK.dtype)
+        return {"ok": True}
+
+    def time(self, specs, seeds, out_shape, out_dtype, key):
+        self.outs = [self.cached.clone() for _ in seeds]
+        return {"times": [5.0] * len(seeds), "digests": [digest(o, key) for o in self.outs]}
+
+
+def test_an_answer_cached_from_the_warm_up_is_named_as_caching():
+    reason = judge(Cacher())
+    assert reason is not None and "returns a cached result (the answer to an untimed warm-up call's inputs" in reason

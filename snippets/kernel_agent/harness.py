@@ -195,14 +195,15 @@ def _trials(task, source, s, worker, rng, rep) -> None:
         earlier.append(out)
 
 
-def _timed_calls(task, s, worker, rng, timeout) -> tuple[dict, float, list, list, int]:
-    """Time s.calls calls on inputs of their own; the harness's clock brackets the whole request."""
+def _timed_calls(task, s, worker, rng, timeout) -> tuple[dict, float, list, list, int, list]:
+    """Time s.calls calls on inputs of their own; the harness's clock brackets the whole request. Also
+    returns the untimed warm-up calls' (specs, seed), against which a wrong timed answer is checked."""
     shape = task.bench[s.mode]
     specs = [task.specs(shape, rng.choice(DISTRIBUTIONS))]
     seeds = [rng.getrandbits(62) for _ in range(s.calls)]
     key, out = rng.getrandbits(62), dict(out_shape=task.out_shape(shape), out_dtype=str(task.dtype)[6:])
-    _ask(worker, "warm", timeout, shape, specs=specs[0], seeds=[rng.getrandbits(62) for _ in range(s.warmup)],
-         calls=s.calls, **out)
+    warm = [rng.getrandbits(62) for _ in range(s.warmup)]
+    _ask(worker, "warm", timeout, shape, specs=specs[0], seeds=warm, calls=s.calls, **out)
     _ask(worker, "profile_start", timeout)  # the baseline too: the profiler's cost is the same on both sides
     t0 = time.perf_counter()
     r = _ask(worker, "time", timeout, shape, specs=specs[0], seeds=seeds, key=key, **out)
@@ -211,7 +212,7 @@ def _timed_calls(task, s, worker, rng, timeout) -> tuple[dict, float, list, list
     times = _expect(r, "times", list, "time")
     if len(times) != s.calls or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times):
         raise _Failed(f"{checks.FORGED_REPLY} ('time' replied {len(times)} times for {s.calls} calls)")
-    return r, wall_ms, times, [(specs[0], sd) for sd in seeds], key
+    return r, wall_ms, times, [(specs[0], sd) for sd in seeds], key, [(specs[0], sd) for sd in warm]
 
 
 _BASELINES: dict = {}
@@ -223,7 +224,7 @@ def _baseline(task: Task, s: Settings) -> timing.Baseline:
         _ask(worker, "load", s.limits.load_s, source=task.baseline_source(), entry="kernel", returns=True)
         rng = random.Random(0)
         for _ in range(timing.REPEATS):
-            r, wall, times, _, _ = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
+            r, wall, times, *_ = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
             runs.append(timing.Measured(times, wall))
     return timing.Baseline(runs)
 
@@ -236,9 +237,15 @@ def baseline(task: Task, s: Settings) -> timing.Baseline:
     return _BASELINES[key]
 
 
+def _answers_a_warm_up(out: torch.Tensor, task: Task, warm: list) -> bool:
+    """The output is right for the inputs of one of the untimed warm-up calls: a cache that served it."""
+    return any(checks.compare(out, task.reference_of(make_inputs(specs, seed, DEVICE)), task.atol, task.rtol)[0]
+               is None for specs, seed in warm)
+
+
 def _timed(task, source, s, worker, rng, rep, base: timing.Baseline) -> None:
     shape = task.bench[s.mode]
-    r, wall, times, sets, key = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
+    r, wall, times, sets, key, warm = _timed_calls(task, s, worker, rng, s.limits.call_s * (s.calls + s.warmup))
     digests = _expect(r, "digests", list, "time")
     if len(digests) != s.calls or not all(isinstance(d, int) and not isinstance(d, bool) for d in digests):
         raise _Failed(f"{checks.FORGED_REPLY} ('time' committed {len(digests)} outputs for {s.calls} calls)")
@@ -256,6 +263,8 @@ def _timed(task, source, s, worker, rng, rep, base: timing.Baseline) -> None:
                           "to before the clock stopped)", shape=shape)
         inputs = make_inputs(specs, seed, DEVICE)
         problem, err = checks.compare(out, task.reference_of(inputs), task.atol, task.rtol, fetched)
+        if problem and _answers_a_warm_up(out, task, warm):
+            problem = f"{checks.CACHED} (the answer to an untimed warm-up call's inputs, not to its own)"
         if problem:
             raise _Failed(f"{checks.TIMING_PHASE} (timed call {i}: {problem})", shape=shape, err=err)
         fetched.append(out)

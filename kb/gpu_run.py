@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -235,9 +236,21 @@ def run_one(path: Path, mode: str, out: Path, device: dict, partial: bool = Fals
     target = out / gpu_slug(device["name"])
     if partial:
         target = target / "partial"
-    _write_atomic(target / f"{path.stem}.ipynb", nbformat.writes(nb))
-    _write_atomic(target / f"{path.stem}.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    with sigterm_deferred():  # the executed notebook and its JSON are written as a pair, or not at all
+        _write_atomic(target / f"{path.stem}.ipynb", nbformat.writes(nb))
+        _write_atomic(target / f"{path.stem}.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return target / f"{path.stem}.json"
+
+
+@contextlib.contextmanager
+def sigterm_deferred():
+    """SIGTERM arriving inside the block is delivered when it ends."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,3 +128,21 @@ def test_stale_mode_on_a_cpu_runs_only_what_is_not_fresh(monkeypatch, tmp_path, 
     assert called == {"notebooks": [], "budget_s": 900.0, "gpu": "nvidia-h200", "count": 1,
                       "child": ["--out", str(tmp_path)]}
     assert gpu_run.main(["--stale"]) == 0 and called["budget_s"] == rerecord.DEFAULT_BUDGET_S
+
+
+def test_a_sigterm_while_a_result_is_written_waits_for_both_files(tmp_path):
+    """The executed notebook and its JSON are written as a pair: SIGTERM inside the block arrives after it."""
+    script = tmp_path / "w.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from kb.gpu_run import sigterm_deferred
+        with sigterm_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            open({str(tmp_path / "a")!r}, "w").write("1")
+            open({str(tmp_path / "b")!r}, "w").write("2")
+        open({str(tmp_path / "after")!r}, "w").write("3")
+    """))
+    p = __import__("subprocess").run([sys.executable, str(script)], timeout=60)
+    assert p.returncode == -15 and (tmp_path / "a").exists() and (tmp_path / "b").exists()
+    assert not (tmp_path / "after").exists()

@@ -131,8 +131,8 @@ def simulate(sched: list[list[Op]], cost: dict[str, int]) -> dict:
 def bubble_formula(name: str, p: int, m: int, v: int = 1, tf: int = 1, tb: int = 1, tw: int = 1) -> float:
     """Idle fraction of the whole run. GPipe and 1F1B: (p-1)/(m+p-1) (Huang et al. 2019; Narayanan et al.
     2021 write it as (p-1)/m of the ideal time). Interleaved with v chunks: the warm-up and drain shrink by v,
-    (p-1)/(v*m+p-1). ZB-H1: a bubble of (p-1)(T_F+T_B-T_W) next to m(T_F+T_B+T_W) of work (Qi et al. 2024),
-    for m >= p."""
+    (p-1)/(v*m+p-1). ZB-H1 (tb = T_B_in, the input-gradient half of the backward): a bubble of
+    (p-1)(T_F+T_B_in-T_W) next to m(T_F+T_B_in+T_W) of work (Qi et al. 2024), for m >= p."""
     if name in ("gpipe", "1f1b"):
         return (p - 1) / (m + p - 1)
     if name == "interleaved":

@@ -78,6 +78,7 @@ class Shown:
 
 
 MARKDOWN = (".md", ".markdown", ".mdown", ".mkdn", ".mkd")  # what MkDocs renders as a page
+_RESULT_INCLUDE = re.compile(r'--8<--\s+"?(results/[^":\s]+)')  # a results/<gpu>/<stem>.* file included as text
 
 
 class FreshnessError(LabError):
@@ -132,6 +133,11 @@ def shown(docs: Path | None = None) -> list[Shown]:
             found_markers = markers.find(body, where)
         except markers.MarkerError as e:
             raise FreshnessError(str(e)) from e
+        for inc in _RESULT_INCLUDE.finditer(body):  # raw result data pasted in by pymdownx.snippets
+            line = body.count("\n", 0, inc.start()) + 1
+            stem = Path(inc.group(1)).stem
+            found.append(Shown(where, line, f"notebooks/{stem}.ipynb", "included result file",
+                               Path(inc.group(1)).parent.name or None))
         for m in found_markers:
             if m.name == "metric":
                 found.append(Shown(where, m.line, m.lab, m.args[1], m.options.get("gpu", gpu)))
@@ -174,7 +180,8 @@ def publish_problems(docs: Path | None = None) -> list[str]:
             continue
         st = state(s.lab, s.gpu)
         if not st.publishable:
-            what = "its lab card shows" if s.what == "lab card" else f"quotes {s.what} from"
+            what = {"lab card": "its lab card shows", "included result file": "includes the result file of"}.get(
+                s.what, f"quotes {s.what} from")
             found.append(f"{s.page}:{s.line}: {what} {st.stem} ({st.state}, {s.gpu or DEFAULT_GPU})")
             behind[(st.stem, s.gpu or DEFAULT_GPU)] = st
     for st in lab_states():  # every lab's page is built; it shows its result, or says there is none

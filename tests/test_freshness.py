@@ -237,3 +237,14 @@ def test_a_shell_cell_has_no_imports_and_a_broken_cell_is_named():
     assert imported_modules("%%time\nfrom snippets.common import record\n") >= {"snippets.common"}
     with pytest.raises(LabError, match="a code cell is not Python"):
         imported_modules("def (:\n")
+
+
+def test_a_result_file_included_as_text_is_judged_like_a_quote(tmp_path, monkeypatch):
+    _stale_on_another_gpu(tmp_path, monkeypatch)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "about.md").write_text('# 关于\n\n```json\n--8<-- "results/nvidia-h100/02-kernel-fusion.json"\n```\n')
+    problems = freshness.publish_problems(docs)
+    assert "docs/about.md:4: includes the result file of 02-kernel-fusion (stale, nvidia-h100)" in problems, problems
+    (docs / "about.md").write_text('# 关于\n\n```json\n--8<-- "results/nvidia-h200/02-kernel-fusion.json"\n```\n')
+    assert not any(p.startswith("docs/about.md") for p in freshness.publish_problems(docs))

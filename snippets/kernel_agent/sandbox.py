@@ -136,15 +136,11 @@ def view() -> list[tuple[str, str, str]]:
     return out
 
 
-def _python_path() -> list[str]:
-    return _libraries()
-
-
 def _env(device: str) -> dict:
     path = [os.path.dirname(sys.executable)] + [os.path.join(d, "bin") for d in _tool_dirs()] + \
         ["/usr/local/bin", "/usr/bin", "/bin"]
     env = {"PATH": ":".join(dict.fromkeys(path)), "HOME": "/tmp", "TMPDIR": "/tmp",
-           "PYTHONPATH": ":".join(_python_path()),
+           "PYTHONPATH": ":".join(_libraries()),
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "TRITON_CACHE_DIR": "/tmp/triton",
            "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions", "MAX_JOBS": "4"}
     if device == "cpu":

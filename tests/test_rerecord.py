@@ -4,7 +4,6 @@ import textwrap
 import time
 from pathlib import Path
 
-
 from kb import gpu_run, rerecord
 from kb.freshness import lab_states, state_of
 from kb.rerecord import Step
